@@ -1,0 +1,199 @@
+"""The benchmark cases and their grids, defined once.
+
+The asv classes (``bench_*.py``), any in-process runner and the tests all read these, so a number
+means the same thing wherever it was measured. Only the public API of ``transformer`` is used: asv
+runs this suite against old commits too.
+
+A grid maps each area to its axes; ``combinations(area, grid)`` lists the cases as dicts and
+``select(area, grid, **fixed)`` picks a subset by value, with no regexes over reprs. The environment
+variable ATTENTION_BENCH_GRID picks the grid the asv classes expose ("quick" unless set).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from transformer import MultiHeadAttention, RNNAttention, RNNAttentionConfig, Transformer, TransformerConfig, flops
+from transformer import scaled_dot_product_attention
+
+#: Tokens per attention call (batch x sequence length held fixed, as FlashAttention's benchmarks do).
+TOKENS = {"cpu": 4096, "cuda": 16384}
+
+GRIDS: dict[str, dict[str, dict[str, list]]] = {
+    "quick": {
+        "attention": {"seq_len": [128, 512], "d_head": [64], "backend": ["math", "sdpa"], "causal": [False, True],
+                      "dtype": ["float32"], "device": ["cpu", "cuda"]},
+        "multihead": {"heads": [1, 8, 64], "strategy": ["batched", "looped", "sdpa"], "out_proj": [True],
+                      "device": ["cpu", "cuda"]},
+        "models": {"model": ["transformer", "rnn-width"], "preset": ["tiny"], "seq_len": [16, 64], "batch": [8],
+                   "device": ["cpu", "cuda"]},
+    },
+    "full": {
+        "attention": {"seq_len": [128, 256, 512, 1024, 2048, 4096, 8192], "d_head": [64, 128],
+                      "backend": ["math", "sdpa"], "causal": [False, True],
+                      "dtype": ["float32", "float16", "bfloat16"], "device": ["cpu", "cuda"]},
+        "multihead": {"heads": [1, 2, 4, 8, 16, 32, 64], "strategy": ["batched", "looped", "sdpa"],
+                      "out_proj": [True, False], "device": ["cpu", "cuda"]},
+        "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny", "paper-base"],
+                   "seq_len": [16, 32, 64, 128, 256], "batch": [1, 8, 32], "device": ["cpu", "cuda"]},
+    },
+}
+
+#: The largest sequence length per device for the attention cases (score memory grows as n^2).
+MAX_SEQ_LEN = {"cpu": 4096, "cuda": 8192}
+MULTIHEAD_SHAPE = {"batch": 8, "seq_len": 256, "d_model": 512}
+GENERATE_STEPS = 16
+
+
+def active_grid() -> str:
+    name = os.environ.get("ATTENTION_BENCH_GRID", "quick")
+    if name not in GRIDS:
+        raise ValueError(f"ATTENTION_BENCH_GRID={name!r} is not a grid; allowed: {', '.join(GRIDS)}")
+    return name
+
+
+def axes(area: str, grid: str | None = None) -> dict[str, list]:
+    grid = active_grid() if grid is None else grid
+    if grid not in GRIDS:
+        raise ValueError(f"unknown grid {grid!r}; allowed: {', '.join(GRIDS)}")
+    if area not in GRIDS[grid]:
+        raise ValueError(f"unknown area {area!r}; allowed: {', '.join(GRIDS[grid])}")
+    return GRIDS[grid][area]
+
+
+def combinations(area: str, grid: str | None = None) -> list[dict]:
+    """Every case of one area in a grid, as {axis: value} dicts."""
+    ax = axes(area, grid)
+    return [dict(zip(ax, values)) for values in itertools.product(*ax.values())]
+
+
+def select(area: str, grid: str | None = None, **fixed) -> list[dict]:
+    """The cases whose axes equal the given values, e.g. ``select("attention", backend="sdpa")``."""
+    unknown = set(fixed) - set(axes(area, grid))
+    if unknown:
+        raise ValueError(f"unknown axes {sorted(unknown)} for area {area!r}; axes: {list(axes(area, grid))}")
+    return [c for c in combinations(area, grid) if all(c[k] == v for k, v in fixed.items())]
+
+
+class Skip(NotImplementedError):
+    """A case this machine cannot run (asv skips a benchmark whose setup raises NotImplementedError)."""
+
+
+@dataclass
+class Prepared:
+    """A built case: callables to time (each synchronizes its device) and its analytic FLOPs."""
+
+    forward: Callable[[], Any]
+    flops: flops.Flops
+    tokens: int
+    train_step: Callable[[], Any] | None = None
+    generate: Callable[[], Any] | None = None
+    generate_flops: flops.Flops | None = None
+
+
+def _device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise Skip("no CUDA device on this machine")
+    return torch.device(name)
+
+
+def _synchronized(fn: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
+    if device.type != "cuda":
+        return fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out
+
+    return run
+
+
+def _train_step(module: torch.nn.Module, call: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    def step():
+        module.zero_grad(set_to_none=True)
+        call().float().sum().backward()
+
+    return step
+
+
+def build(area: str, params: dict) -> Prepared:
+    """Build one case of ``area`` from its parameters (one dict of ``combinations``)."""
+    builders = {"attention": attention_case, "multihead": multihead_case, "models": model_case}
+    if area not in builders:
+        raise ValueError(f"unknown area {area!r}; allowed: {', '.join(builders)}")
+    return builders[area](**params)
+
+
+def attention_case(seq_len: int, d_head: int, backend: str, causal: bool, dtype: str, device: str) -> Prepared:
+    """Equation (1) on (batch, 8 heads, n, d_head), batch * n = TOKENS[device]."""
+    dev = _device(device)
+    if dev.type == "cpu" and dtype != "float32":
+        raise Skip(f"dtype {dtype} is benchmarked on GPUs only")
+    if seq_len > MAX_SEQ_LEN[dev.type]:
+        raise Skip(f"seq_len {seq_len} is above this device's cap {MAX_SEQ_LEN[dev.type]}")
+    heads, batch = 8, max(1, TOKENS[dev.type] // seq_len)
+    q, k, v = (torch.randn(batch, heads, seq_len, d_head, device=dev, dtype=getattr(torch, dtype)) for _ in range(3))
+
+    def call():
+        return scaled_dot_product_attention(q, k, v, causal=causal, backend=backend)
+
+    f = flops.attention(batch * heads, seq_len, seq_len, d_head, backend=backend, causal=causal, device=dev,
+                        dtype=getattr(torch, dtype))
+    return Prepared(_synchronized(torch.no_grad()(call), dev), f, batch * seq_len)
+
+
+def multihead_case(heads: int, strategy: str, out_proj: bool, device: str) -> Prepared:
+    """MultiHeadAttention at fixed d_model = 512 (claims C3, C4): same matmul FLOPs for every h."""
+    dev = _device(device)
+    s = MULTIHEAD_SHAPE
+    m = MultiHeadAttention(s["d_model"], heads, strategy=strategy, out_proj=out_proj, device=dev)
+    x = torch.randn(s["batch"], s["seq_len"], s["d_model"], device=dev)
+    f = flops.multi_head_attention(s["batch"], s["seq_len"], s["d_model"], heads, strategy=strategy,
+                                   out_proj=out_proj, device=dev)
+    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, s["batch"] * s["seq_len"],
+                    train_step=_synchronized(_train_step(m, lambda: m(x)), dev))
+
+
+def model_config(model: str, preset: str) -> TransformerConfig | RNNAttentionConfig:
+    tf = TransformerConfig.preset(preset, dropout=0.0)
+    if model == "transformer":
+        return tf
+    if model in ("rnn-width", "rnn-params"):
+        return RNNAttentionConfig.matching(tf, model.removeprefix("rnn-"))
+    raise ValueError(f"unknown model {model!r}; allowed: 'transformer', 'rnn-width', 'rnn-params'")
+
+
+def model_case(model: str, preset: str, seq_len: int, batch: int, device: str) -> Prepared:
+    """Transformer vs RNNsearch on the same tokens (claim C1): teacher-forced forward, a training step,
+    and greedy generation of GENERATE_STEPS tokens; source and target both seq_len long."""
+    dev = _device(device)
+    config = model_config(model, preset)
+    is_tf = isinstance(config, TransformerConfig)
+    m = (Transformer if is_tf else RNNAttention)(config, device=dev)
+    src = torch.randint(0, config.src_vocab, (batch, seq_len), device=dev)
+    tgt = torch.randint(0, config.tgt_vocab, (batch, seq_len), device=dev)
+    if is_tf:
+        f = flops.transformer(config, batch, seq_len, seq_len, device=dev)
+        g = flops.transformer_generate(config, batch, seq_len, GENERATE_STEPS)
+    else:
+        f = flops.rnn_attention(config, batch, seq_len, seq_len)
+        g = flops.rnn_attention_generate(config, batch, seq_len, GENERATE_STEPS)
+
+    def generate():
+        return m.generate(src, GENERATE_STEPS, bos_id=0)
+
+    return Prepared(
+        forward=_synchronized(torch.no_grad()(lambda: m(src, tgt)), dev),
+        flops=f,
+        tokens=batch * seq_len,
+        train_step=_synchronized(_train_step(m, lambda: m(src, tgt)), dev),
+        generate=_synchronized(generate, dev),
+        generate_flops=g,
+    )
