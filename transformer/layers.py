@@ -82,9 +82,20 @@ class FeedForward(nn.Module):
 
 
 class _Layer(nn.Module):
-    """Shared Add & Norm logic of the encoder and decoder layers (section 3.1)."""
+    """What encoder and decoder layers share (section 3.1): attention sub-layers, the FFN, and an
+    Add & Norm (norm1, norm2, ... with dropout1, dropout2, ...) around each sub-layer."""
 
-    norm_first: bool
+    def __init__(self, attentions: tuple[str, ...], d_model, num_heads, d_ff, dropout=0.0, *, norm_first=False,
+                 strategy="sdpa", activation="relu", layer_norm_eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        f = {"device": device, "dtype": dtype}
+        self.norm_first = norm_first
+        for name in attentions:
+            setattr(self, name, MultiHeadAttention(d_model, num_heads, strategy=strategy, dropout=dropout, **f))
+        self.ffn = FeedForward(d_model, d_ff, dropout, activation, **f)
+        for i in range(1, len(attentions) + 2):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, **f))
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
 
     def _sublayer(self, x, fn, norm: nn.LayerNorm, dropout: nn.Dropout) -> torch.Tensor:
         if self.norm_first:
@@ -109,16 +120,8 @@ def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> 
 class EncoderLayer(_Layer):
     """Encoder layer: self-attention, Add & Norm, FFN, Add & Norm (section 3.1, figure 1 left)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, norm_first=False, strategy="sdpa",
-                 activation="relu", layer_norm_eps=1e-5, device=None, dtype=None):
-        super().__init__()
-        f = {"device": device, "dtype": dtype}
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, strategy=strategy, dropout=dropout, **f)
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation, **f)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, **f)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, **f)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, **options):
+        super().__init__(("self_attn",), d_model, num_heads, d_ff, dropout, **options)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         def self_attn(z):
@@ -137,18 +140,8 @@ class DecoderLayer(_Layer):
     """Decoder layer: causal self-attention, cross-attention over the encoder output (its K and V),
     FFN, each with Add & Norm (section 3.1, figure 1 right)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, norm_first=False, strategy="sdpa",
-                 activation="relu", layer_norm_eps=1e-5, device=None, dtype=None):
-        super().__init__()
-        f = {"device": device, "dtype": dtype}
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, strategy=strategy, dropout=dropout, **f)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, strategy=strategy, dropout=dropout, **f)
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation, **f)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, **f)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, **f)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, **f)
-        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, **options):
+        super().__init__(("self_attn", "cross_attn"), d_model, num_heads, d_ff, dropout, **options)
 
     def forward(self, y, memory, tgt_key_padding_mask=None, memory_key_padding_mask=None) -> torch.Tensor:
         """y: decoder input (batch, n_tgt, d); memory: encoder output (batch, n_src, d)."""
