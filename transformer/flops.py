@@ -180,6 +180,8 @@ def sdpa_recomputes(d_k: int, d_v: int | None = None, *, masked: bool = False, c
     decides for 4-D inputs with these settings. On the CPU the fused kernel needs d_k == d_v and no
     dropout."""
     d_v = d_k if d_v is None else d_v
+    check_positive("d_k", d_k)
+    check_positive("d_v", d_v)
     q, v = torch.zeros(1, 1, 1, d_k, device=device, dtype=dtype), torch.zeros(1, 1, 1, d_v, device=device, dtype=dtype)
     mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device) if masked else None
     if mask is not None and causal:
