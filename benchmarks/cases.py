@@ -91,7 +91,6 @@ class Prepared:
 
     forward: Callable[[], Any]
     flops: flops.Flops
-    tokens: int
     train_step: Callable[[], Any] | None = None
     generate: Callable[[], Any] | None = None
     generate_flops: flops.Flops | None = None
@@ -146,7 +145,7 @@ def attention_case(seq_len: int, d_head: int, backend: str, causal: bool, dtype:
 
     f = flops.attention(batch * heads, seq_len, seq_len, d_head, backend=backend, causal=causal, device=dev,
                         dtype=getattr(torch, dtype))
-    return Prepared(_synchronized(torch.no_grad()(call), dev), f, batch * seq_len)
+    return Prepared(_synchronized(torch.no_grad()(call), dev), f)
 
 
 def multihead_case(heads: int, strategy: str, out_proj: bool, device: str) -> Prepared:
@@ -157,7 +156,7 @@ def multihead_case(heads: int, strategy: str, out_proj: bool, device: str) -> Pr
     x = torch.randn(s["batch"], s["seq_len"], s["d_model"], device=dev)
     f = flops.multi_head_attention(s["batch"], s["seq_len"], s["d_model"], heads, strategy=strategy,
                                    out_proj=out_proj, device=dev)
-    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, s["batch"] * s["seq_len"],
+    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f,
                     train_step=_synchronized(_train_step(m, lambda: m(x)), dev))
 
 
@@ -192,7 +191,6 @@ def model_case(model: str, preset: str, seq_len: int, batch: int, device: str) -
     return Prepared(
         forward=_synchronized(torch.no_grad()(lambda: m(src, tgt)), dev),
         flops=f,
-        tokens=batch * seq_len,
         train_step=_synchronized(_train_step(m, lambda: m(src, tgt)), dev),
         generate=_synchronized(generate, dev),
         generate_flops=g,

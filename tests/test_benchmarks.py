@@ -18,8 +18,7 @@ PREFIXES = ("time_", "peakmem_", "track_")
 
 
 def cpu_params(cls):
-    names = cls.param_names
-    return [p for p in cases.combinations(cls.area, "quick") if p["device"] == "cpu"], names
+    return cases.select(cls.area, "quick", device="cpu")
 
 
 def test_every_module_has_a_benchmark_class_per_area():
@@ -30,7 +29,7 @@ def test_every_module_has_a_benchmark_class_per_area():
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_setup_and_every_benchmark_body_run(cls):
-    params, names = cpu_params(cls)
+    params, names = cpu_params(cls), cls.param_names
     methods = [n for n in dir(cls) if n.startswith(PREFIXES)]
     assert "time_forward" in methods and "track_matmul_flops" in methods
     for p in params:
