@@ -7,13 +7,13 @@ class EncoderDecoder(_CaseBenchmark):
     area = "models"
     params, param_names = grid_params(area)
 
-    def time_train_step(self, *params):
+    def time_train_step(self, peaks, *params):
         self.case.train_step()
 
-    def time_generate(self, *params):
+    def time_generate(self, peaks, *params):
         self.case.generate()
 
-    def track_generate_matmul_flops(self, *params):
+    def track_generate_matmul_flops(self, peaks, *params):
         return self.case.generate_flops.forward.matmul_total
 
     track_generate_matmul_flops.unit = "FLOP"

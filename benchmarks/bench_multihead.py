@@ -7,5 +7,5 @@ class MultiHeadAttention(_CaseBenchmark):
     area = "multihead"
     params, param_names = grid_params(area)
 
-    def time_train_step(self, *params):
+    def time_train_step(self, peaks, *params):
         self.case.train_step()

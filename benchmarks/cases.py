@@ -11,6 +11,7 @@ variable ATTENTION_BENCH_GRID picks the grid the asv classes expose ("quick" unl
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable
@@ -21,6 +22,13 @@ import torch
 
 from transformer import MultiHeadAttention, RNNAttention, RNNAttentionConfig, Transformer, TransformerConfig, flops
 from transformer import scaled_dot_product_attention
+
+from .machine import thread_counts
+
+try:  # asv's own skip marker, which also skips when raised in a benchmark's body
+    from asv_runner.benchmarks.mark import SkipNotImplemented as _SkipBase
+except ImportError:  # running outside asv
+    _SkipBase = NotImplementedError
 
 #: Tokens per attention call (batch x sequence length held fixed, as FlashAttention's benchmarks do).
 TOKENS = {"cpu": 4096, "cuda": 16384}
@@ -33,6 +41,8 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
                       "device": ["cpu", "cuda"]},
         "models": {"model": ["transformer", "rnn-width"], "preset": ["tiny"], "seq_len": [16, 64], "batch": [8],
                    "device": ["cpu", "cuda"]},
+        "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"],
+                    "threads": sorted({1, thread_counts()[-1]})},
     },
     "full": {
         "attention": {"seq_len": [128, 256, 512, 1024, 2048, 4096, 8192], "d_head": [64, 128],
@@ -42,6 +52,7 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
                       "out_proj": [True, False], "device": ["cpu", "cuda"]},
         "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny", "paper-base"],
                    "seq_len": [16, 32, 64, 128, 256], "batch": [1, 8, 32], "device": ["cpu", "cuda"]},
+        "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"], "threads": thread_counts()},
     },
 }
 
@@ -81,19 +92,64 @@ def select(area: str, grid: str | None = None, **fixed) -> list[dict]:
     return [c for c in combinations(area, grid) if all(c[k] == v for k, v in fixed.items())]
 
 
-class Skip(NotImplementedError):
+#: The CPU workloads of the strong-scaling area: one fixed case of another area each (claim C1).
+THREAD_WORKLOADS = {
+    "attention": ("attention", {"seq_len": 512, "d_head": 64, "backend": "sdpa", "causal": False,
+                                "dtype": "float32", "device": "cpu"}),
+    "multihead": ("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"}),
+    "transformer": ("models", {"model": "transformer", "preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}),
+    "rnn-width": ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}),
+}
+
+#: What each area times: forward always; a training step and greedy generation where they exist.
+METHODS = {"attention": ("forward",), "multihead": ("forward", "train_step"),
+           "models": ("forward", "train_step", "generate"), "threads": ("forward",)}
+
+
+class Skip(_SkipBase):
     """A case this machine cannot run (asv skips a benchmark whose setup raises NotImplementedError)."""
 
 
 @dataclass
 class Prepared:
-    """A built case: callables to time (each synchronizes its device) and its analytic FLOPs."""
+    """A built case: callables to time (each synchronizes its device), its analytic FLOPs, the tokens
+    one call processes, its device and dtype, and the CPU threads it runs on (None: torch's default)."""
 
     forward: Callable[[], Any]
     flops: flops.Flops
+    tokens: int
+    device: str = "cpu"
+    dtype: str = "float32"
     train_step: Callable[[], Any] | None = None
     generate: Callable[[], Any] | None = None
     generate_flops: flops.Flops | None = None
+    generate_tokens: int | None = None
+    threads: int | None = None
+
+    def work(self, method: str) -> tuple[Callable[[], Any], flops.Breakdown, int]:
+        """The callable a method times, its FLOPs (forward, or forward + backward) and its tokens."""
+        if method == "forward":
+            return self.forward, self.flops.forward, self.tokens
+        if method == "train_step" and self.train_step is not None:
+            return self.train_step, self.flops.train, self.tokens
+        if method == "generate" and self.generate is not None:
+            return self.generate, self.generate_flops.forward, self.generate_tokens
+        raise ValueError(f"this case has no method {method!r}; allowed: {', '.join(self.methods())}")
+
+    def methods(self) -> list[str]:
+        return ["forward"] + [m for m in ("train_step", "generate") if getattr(self, m) is not None]
+
+
+@contextlib.contextmanager
+def using_threads(threads: int | None):
+    """Run the block on ``threads`` CPU threads (None: leave torch's setting), then restore it."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _device(name: str) -> torch.device:
@@ -124,7 +180,8 @@ def _train_step(module: torch.nn.Module, call: Callable[[], torch.Tensor]) -> Ca
 
 def build(area: str, params: dict) -> Prepared:
     """Build one case of ``area`` from its parameters (one dict of ``combinations``)."""
-    builders = {"attention": attention_case, "multihead": multihead_case, "models": model_case}
+    builders = {"attention": attention_case, "multihead": multihead_case, "models": model_case,
+                "threads": threads_case}
     if area not in builders:
         raise ValueError(f"unknown area {area!r}; allowed: {', '.join(builders)}")
     return builders[area](**params)
@@ -145,7 +202,8 @@ def attention_case(seq_len: int, d_head: int, backend: str, causal: bool, dtype:
 
     f = flops.attention(batch * heads, seq_len, seq_len, d_head, backend=backend, causal=causal, device=dev,
                         dtype=getattr(torch, dtype))
-    return Prepared(_synchronized(torch.no_grad()(call), dev), f)
+    return Prepared(_synchronized(torch.no_grad()(call), dev), f, tokens=batch * seq_len, device=dev.type,
+                    dtype=dtype)
 
 
 def multihead_case(heads: int, strategy: str, out_proj: bool, device: str) -> Prepared:
@@ -156,8 +214,8 @@ def multihead_case(heads: int, strategy: str, out_proj: bool, device: str) -> Pr
     x = torch.randn(s["batch"], s["seq_len"], s["d_model"], device=dev)
     f = flops.multi_head_attention(s["batch"], s["seq_len"], s["d_model"], heads, strategy=strategy,
                                    out_proj=out_proj, device=dev)
-    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f,
-                    train_step=_synchronized(_train_step(m, lambda: m(x)), dev))
+    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, tokens=s["batch"] * s["seq_len"],
+                    device=dev.type, train_step=_synchronized(_train_step(m, lambda: m(x)), dev))
 
 
 def model_config(model: str, preset: str) -> TransformerConfig | RNNAttentionConfig:
@@ -191,7 +249,26 @@ def model_case(model: str, preset: str, seq_len: int, batch: int, device: str) -
     return Prepared(
         forward=_synchronized(torch.no_grad()(lambda: m(src, tgt)), dev),
         flops=f,
+        tokens=batch * seq_len,
+        device=dev.type,
         train_step=_synchronized(_train_step(m, lambda: m(src, tgt)), dev),
         generate=_synchronized(generate, dev),
         generate_flops=g,
+        generate_tokens=batch * GENERATE_STEPS,
     )
+
+
+def threads_case(workload: str, threads: int) -> Prepared:
+    """One fixed CPU case (THREAD_WORKLOADS) run on ``threads`` threads: strong scaling (claim C1)."""
+    if workload not in THREAD_WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; allowed: {', '.join(THREAD_WORKLOADS)}")
+    available = thread_counts()[-1]
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int; got {threads!r}")
+    if threads > available:
+        raise Skip(f"threads {threads} is above this machine's {available} cores")
+    area, params = THREAD_WORKLOADS[workload]
+    prepared = build(area, params)
+    prepared.train_step = prepared.generate = prepared.generate_flops = prepared.generate_tokens = None
+    prepared.threads = threads
+    return prepared

@@ -3,37 +3,97 @@
 Classes here start with an underscore so that asv's discovery, which also sees imported names,
 does not collect them on their own. Nothing touches CUDA at import time; every timed GPU call
 synchronizes (see cases._synchronized).
+
+``setup_cache`` runs once per class and run: it measures this machine's GEMM peaks (the ceiling of
+``track_fraction_of_peak``) and records the machine's metadata next to asv's results
+(``machine.asv_metadata_path``), since asv's results JSON has no field for torch/CUDA/GPU facts.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import cases
+from . import cases, machine, measure
 
 
 class _CaseBenchmark:
-    """Base of the asv classes: ``area`` names the cases; params come from the active grid."""
+    """Base of the asv classes: ``area`` names the cases; params come from the active grid. The
+    first argument after ``self`` of every method is ``setup_cache``'s GEMM peaks."""
 
     area: str
     timeout = 300
+    #: seconds of timing behind each achieved-FLOP/s track
+    min_run_time = 0.2
 
-    def setup(self, *params):
+    def setup_cache(self):
+        peaks = machine.calibrate(cases.axes("threads")["threads"])
+        path = machine.asv_metadata_path()
+        if path:
+            machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks})
+        return peaks
+
+    def setup(self, peaks, *params):
         torch.manual_seed(0)
         self.case = cases.build(self.area, dict(zip(self.param_names, params)))
+        if self.case.threads is not None:
+            torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
         self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
 
-    def time_forward(self, *params):
+    def time_forward(self, peaks, *params):
         self.case.forward()
 
-    def peakmem_forward(self, *params):
+    def peakmem_forward(self, peaks, *params):
         self.case.forward()
 
-    def track_matmul_flops(self, *params):
+    def track_matmul_flops(self, peaks, *params):
         """Analytic matmul FLOPs of one forward call (equal to torch's FlopCounterMode count)."""
         return self.case.flops.forward.matmul_total
 
     track_matmul_flops.unit = "FLOP"
+
+    def track_achieved_flops_per_s(self, peaks, *params):
+        """Matmul FLOPs of one forward call over its median time (torch.utils.benchmark)."""
+        return self.case.flops.forward.matmul_total / measure.blocked_timing(self.case.forward, self.min_run_time).median
+
+    track_achieved_flops_per_s.unit = "FLOP/s"
+
+    def track_fraction_of_peak(self, peaks, *params):
+        """Achieved FLOP/s over this machine's measured GEMM peak for the same device, dtype and threads."""
+        key = machine.peak_key(self.case.device, self.case.dtype, self.case.threads)
+        if key not in peaks:
+            raise cases.Skip(f"no GEMM peak measured for {key}")
+        return self.track_achieved_flops_per_s(peaks, *params) / peaks[key]
+
+    track_fraction_of_peak.unit = "fraction"
+
+    def track_gpu_peak_memory(self, peaks, *params):
+        return measure.gpu_peak_memory(self.case.forward, self.case.device)
+
+    track_gpu_peak_memory.unit = "bytes"
+
+    def _telemetry(self):
+        return measure.gpu_telemetry(self.case.forward, self.case.device)
+
+    def track_gpu_power(self, peaks, *params):
+        return self._telemetry().power_w
+
+    track_gpu_power.unit = "W"
+
+    def track_gpu_sm_clock(self, peaks, *params):
+        return self._telemetry().sm_clock_mhz
+
+    track_gpu_sm_clock.unit = "MHz"
+
+    def track_gpu_utilization(self, peaks, *params):
+        return self._telemetry().utilization_pct
+
+    track_gpu_utilization.unit = "%"
+
+    def track_energy_per_token(self, peaks, *params):
+        t = self._telemetry()
+        return t.energy_per_call_j() / self.case.tokens
+
+    track_energy_per_token.unit = "J/token"
 
 
 def grid_params(area: str) -> tuple[list[list], list[str]]:

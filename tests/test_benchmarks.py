@@ -5,6 +5,7 @@ import inspect
 import pkgutil
 
 import pytest
+import torch
 
 import benchmarks
 from benchmarks import cases
@@ -13,12 +14,21 @@ from transformer import flops
 MODULES = [importlib.import_module(f"benchmarks.{m.name}") for m in pkgutil.iter_modules(benchmarks.__path__)
            if m.name.startswith("bench_")]
 CLASSES = [c for m in MODULES for n, c in vars(m).items() if inspect.isclass(c) and not n.startswith("_")
-           and c.__module__ == m.__name__]
+           and c.__module__ == m.__name__ and hasattr(c, "area")]
+GPU_TRACKS = ("track_gpu_", "track_energy_")
 PREFIXES = ("time_", "peakmem_", "track_")
 
 
 def cpu_params(cls):
+    if "device" not in cases.axes(cls.area, "quick"):
+        return cases.combinations(cls.area, "quick")
     return cases.select(cls.area, "quick", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def peaks():
+    """What asv's setup_cache hands every method: this machine's GEMM peaks."""
+    return CLASSES[0]().setup_cache()
 
 
 def test_every_module_has_a_benchmark_class_per_area():
@@ -28,21 +38,60 @@ def test_every_module_has_a_benchmark_class_per_area():
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
-def test_setup_and_every_benchmark_body_run(cls):
+def test_setup_and_every_benchmark_body_run(cls, peaks):
     params, names = cpu_params(cls), cls.param_names
     methods = [n for n in dir(cls) if n.startswith(PREFIXES)]
-    assert "time_forward" in methods and "track_matmul_flops" in methods
+    assert {"time_forward", "track_matmul_flops", "track_achieved_flops_per_s", "track_fraction_of_peak",
+            "track_gpu_peak_memory", "track_energy_per_token"} <= set(methods)
     for p in params:
         bench = cls()
+        bench.min_run_time = 0.01
         values = [p[n] for n in names]
-        bench.setup(*values)
+        bench.setup(peaks, *values)
         for name in methods:
-            result = getattr(bench, name)(*values)
-            if name.startswith("track_"):
+            if name.startswith(GPU_TRACKS):  # CPU case: asv records these as skipped
+                with pytest.raises(cases.Skip, match="CUDA"):
+                    getattr(bench, name)(peaks, *values)
+                continue
+            result = getattr(bench, name)(peaks, *values)
+            if name == "track_matmul_flops":
                 assert isinstance(result, int) and result > 0
+            elif name == "track_fraction_of_peak":
+                assert 0 < result < 1.5, (p, result)  # a case can beat a square GEMM only by noise
+            elif name.startswith("track_"):
+                assert result > 0
 
 
-@pytest.mark.parametrize("area", list(cases.GRIDS["quick"]))
+def test_setup_cache_calibrates_every_thread_count_and_the_default(peaks):
+    threads = cases.axes("threads", "quick")["threads"]
+    assert set(peaks) == {f"cpu/float32/{t}" for t in ["default", *threads]}
+    assert all(v > 1e8 for v in peaks.values())  # any CPU this runs on does 0.1 GFLOP/s
+
+
+def test_thread_scaling_sets_and_restores_the_thread_count():
+    from benchmarks import measure
+
+    before = torch.get_num_threads()
+    case = cases.build("threads", {"workload": "multihead", "threads": 1})
+    record = measure.measure(case, "forward", min_run_time=0.01, with_peak=False)
+    assert record["threads"] == 1 and torch.get_num_threads() == before
+    with pytest.raises(cases.Skip, match="above this machine"):
+        cases.build("threads", {"workload": "attention", "threads": 10_000})
+    with pytest.raises(ValueError, match="unknown workload 'gru'"):
+        cases.build("threads", {"workload": "gru", "threads": 1})
+
+
+def test_gemm_peak_benchmark_runs_and_skips_what_it_cannot():
+    from benchmarks.bench_calibration import GemmPeak
+
+    bench = GemmPeak()
+    bench.setup("cpu", "float32")
+    bench.time_matmul("cpu", "float32")
+    with pytest.raises(cases.Skip, match="float16"):
+        bench.setup("cpu", "float16")
+
+
+@pytest.mark.parametrize("area", ["attention", "multihead", "models"])
 def test_flop_track_equals_the_counted_flops(area):
     for p in cases.select(area, "quick", device="cpu")[:4]:
         case = cases.build(area, p)
@@ -52,11 +101,9 @@ def test_flop_track_equals_the_counted_flops(area):
 
 
 def test_cuda_cases_skip_cleanly_without_a_gpu():
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    for area in cases.GRIDS["quick"]:
+    for area in ("attention", "multihead", "models"):
         with pytest.raises(NotImplementedError, match="no CUDA device"):
             cases.build(area, cases.select(area, "quick", device="cuda")[0])
 

@@ -1,0 +1,146 @@
+"""The machine a result was measured on, and its measured GEMM peak (the roofline's ceiling).
+
+``metadata()`` gathers what is needed to compare results across machines: CPU model, cores, threads,
+torch / CUDA / cuDNN / MKL / oneDNN versions, and GPU name, driver and memory where there is one.
+``gemm_peak()`` measures the best matmul FLOP/s this machine reaches per device and dtype; achieved
+FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import re
+import socket
+import tempfile
+
+import torch
+import torch.utils.benchmark as tbench
+
+#: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
+GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
+GEMM_DTYPES = {"cpu": ("float32",), "cuda": ("float32", "float16", "bfloat16")}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _library_version(pattern: str) -> str | None:
+    match = re.search(pattern, torch.__config__.show())
+    return match.group(1) if match else None
+
+
+def _gpu() -> dict:
+    if not torch.cuda.is_available():
+        return {"gpu_name": None, "gpu_count": 0, "gpu_memory_bytes": None, "gpu_driver": None}
+    props = torch.cuda.get_device_properties(0)
+    info = {"gpu_name": props.name, "gpu_count": torch.cuda.device_count(),
+            "gpu_memory_bytes": props.total_memory, "gpu_driver": None,
+            "gpu_compute_capability": f"{props.major}.{props.minor}"}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            info["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML on this machine: the driver stays unknown, the rest is still known
+        pass
+    return info
+
+
+def metadata() -> dict:
+    """Facts about this machine and its software, as a flat JSON-able dict."""
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "mkl": _library_version(r"Math Kernel Library Version ([\w.\-]+)") if torch.backends.mkl.is_available() else None,
+        "onednn": _library_version(r"MKL-DNN v([\w.]+)") if torch.backends.mkldnn.is_available() else None,
+        **_gpu(),
+    }
+
+
+def thread_counts(all_cores: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to all cores, and all cores itself (strong scaling)."""
+    n = all_cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+    counts = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return counts if counts[-1] == n else counts + [n]
+
+
+def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
+    """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
+    dev = torch.device(device)
+    a, b = (torch.randn(size, size, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))
+    stmt = (lambda: torch.mm(a, b)) if dev.type == "cpu" else (lambda: (torch.mm(a, b), torch.cuda.synchronize(dev)))
+    stmt()
+    m = tbench.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads()).blocked_autorange(
+        min_run_time=min_run_time)
+    return 2 * size**3 / m.median
+
+
+@functools.cache
+def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> float:
+    """The best matmul FLOP/s over GEMM_SIZES[device] at the current (or given) thread count, cached
+    per process."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return max(gemm_flops_per_s(s, device, dtype) for s in GEMM_SIZES[torch.device(device).type])
+    finally:
+        torch.set_num_threads(previous)
+
+
+def peak_key(device: str, dtype: str, threads: int | None) -> str:
+    return f"{device}/{dtype}/{'default' if threads is None else threads}"
+
+
+def calibrate(threads: list[int] | tuple[int, ...] = ()) -> dict[str, float]:
+    """GEMM peaks for every dtype of every device this machine has; the CPU at its default thread
+    count and at each of ``threads``. Keys from ``peak_key``."""
+    peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, t) for d in GEMM_DTYPES["cpu"] for t in (None, *threads)}
+    if torch.cuda.is_available():
+        peaks.update({peak_key("cuda", d, None): gemm_peak("cuda", d) for d in GEMM_DTYPES["cuda"]})
+    return peaks
+
+
+def write_json_atomic(path: str, data) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one, never half."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def asv_metadata_path() -> str | None:
+    """Where an asv run records this machine's metadata: ``.asv/metadata/<commit>/<env>-<host>.json``
+    next to asv's own results (asv's results JSON has no field for torch/CUDA/GPU facts)."""
+    conf, commit = os.environ.get("ASV_CONF_DIR"), os.environ.get("ASV_COMMIT")
+    if not conf or not commit:
+        return None
+    env = os.environ.get("ASV_ENV_NAME", "env")
+    return os.path.join(conf, ".asv", "metadata", commit, f"{env}-{socket.gethostname()}.json")

@@ -1,0 +1,96 @@
+"""Measuring one case: time with median and IQR, achieved FLOP/s against the machine's GEMM peak,
+GPU peak memory and NVML telemetry. Shared by the asv tracks and the in-process runner.
+
+Timing is torch.utils.benchmark's ``blocked_autorange``: blocks of calls long enough to swamp the
+timer's overhead, repeated for at least ``min_run_time`` seconds; the median and the interquartile
+range are over the per-call times of those blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.benchmark as tbench
+
+from . import machine, telemetry
+from .cases import Prepared, Skip, using_threads
+
+
+@dataclass
+class Timing:
+    """Seconds per call: median, quartiles and IQR over ``blocks`` blocks of ``calls_per_block`` calls."""
+
+    median: float
+    q25: float
+    q75: float
+    blocks: int
+    calls_per_block: int
+
+    @property
+    def iqr(self) -> float:
+        return self.q75 - self.q25
+
+
+def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
+    """Time ``fn`` (already warmed up, synchronizing its device) at the current thread count."""
+    m = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).blocked_autorange(
+        min_run_time=min_run_time)
+    q25, median, q75 = np.percentile(m.times, [25, 50, 75])
+    return Timing(float(median), float(q25), float(q75), len(m.times), m.number_per_run)
+
+
+def peak_for(case: Prepared) -> float:
+    """This machine's GEMM peak FLOP/s for the case's device, dtype and thread count."""
+    return machine.gemm_peak(case.device, case.dtype, case.threads if case.device == "cpu" else None)
+
+
+def gpu_peak_memory(fn: Callable[[], Any], device: str) -> int:
+    """Bytes the CUDA caching allocator held at most during one call."""
+    if device != "cuda":
+        raise Skip("GPU peak memory is measured on CUDA devices only")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    return torch.cuda.max_memory_allocated()
+
+
+def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> telemetry.Telemetry:
+    if device != "cuda":
+        raise Skip("GPU telemetry is measured on CUDA devices only")
+    if not telemetry.available():
+        raise Skip("NVML does not answer on this machine")
+    return telemetry.sample(fn, torch.cuda.current_device(), min_time=min_time)
+
+
+def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, with_peak: bool = True,
+            telemetry_time: float = 1.0) -> dict:
+    """Every metric of one method of a built case, as a flat dict (one runner record)."""
+    fn, work, tokens = case.work(method)
+    with using_threads(case.threads):
+        fn()  # warm-up under the thread count being measured
+        timing = blocked_timing(fn, min_run_time)
+        record: dict[str, Any] = {
+            "time_median_s": timing.median, "time_q25_s": timing.q25, "time_q75_s": timing.q75,
+            "time_iqr_s": timing.iqr, "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
+            "threads": torch.get_num_threads() if case.device == "cpu" else None,
+            "tokens": tokens, "matmul_flops": work.matmul_total, "other_flops": work.other_total,
+            "achieved_flops_per_s": work.matmul_total / timing.median,
+            "tokens_per_s": tokens / timing.median,
+        }
+        if with_peak:
+            peak = peak_for(case)
+            record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
+        if case.device == "cuda":
+            record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
+            try:
+                t = gpu_telemetry(fn, case.device, telemetry_time)
+            except Skip:
+                pass
+            else:
+                record.update({f"gpu_{k}": v for k, v in asdict(t).items()},
+                              energy_per_token_j=t.energy_per_call_j() / tokens)
+    return record

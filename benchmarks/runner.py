@@ -1,0 +1,187 @@
+"""The in-process runner: sweep a grid's cases in one process with torch.utils.benchmark.
+
+asv spawns a process per benchmark and parameter combination, which is right for history but slow
+for a sweep; this runner reads the same cases (``benchmarks.cases``) and measures them with the same
+code as asv's tracks (``benchmarks.measure``). Each case's records are written as soon as the case
+finishes, atomically, one JSON file per (area, method, params) under ``<out>/cases/``; a second run
+into the same folder resumes, skipping what is there. A case that cannot run on this machine is
+recorded as ``skipped``, one that runs out of memory as ``oom`` and any other error as ``failed``,
+each with its reason; the sweep goes on.
+
+    python -m benchmarks.runner --grid quick --out results/runs/mine
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Iterable
+
+import torch
+
+from . import cases, machine, measure
+
+STATUSES = ("ok", "skipped", "oom", "failed")
+
+
+def case_key(area: str, method: str, params: dict) -> str:
+    """A file-name-safe, unique name for one record."""
+    return "--".join([area, method, *(f"{k}={v}" for k, v in params.items())])
+
+
+def commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None) -> list[tuple[str, dict]]:
+    """The (area, params) cases of a grid, optionally restricted to some areas and devices."""
+    if grid not in cases.GRIDS:
+        raise ValueError(f"unknown grid {grid!r}; allowed: {', '.join(cases.GRIDS)}")
+    known = list(cases.GRIDS[grid])
+    areas = known if areas is None else list(areas)
+    for a in areas:
+        if a not in known:
+            raise ValueError(f"unknown area {a!r}; allowed: {', '.join(known)}")
+    devices = None if devices is None else set(devices)
+    for d in devices or ():
+        if d not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {d!r}; allowed: 'cpu', 'cuda'")
+    out = []
+    for area in areas:
+        for params in cases.combinations(area, grid):
+            if devices is None or params.get("device", "cpu") in devices:
+                out.append((area, params))
+    return out
+
+
+def is_oom(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and ("out of memory" in str(error) or "can't allocate memory" in str(error)))
+
+
+def _failure(error: BaseException) -> tuple[str, str]:
+    if isinstance(error, cases.Skip):
+        return "skipped", str(error)
+    if is_oom(error):
+        return "oom", str(error).splitlines()[0]
+    return "failed", "".join(traceback.format_exception_only(type(error), error)).strip()
+
+
+class Runner:
+    """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
+
+    def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0):
+        if min_run_time <= 0:
+            raise ValueError(f"min_run_time must be > 0 seconds; got {min_run_time!r}")
+        self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
+        self.cases_dir = os.path.join(out, "cases")
+        os.makedirs(self.cases_dir, exist_ok=True)
+        self.commit = commit()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.cases_dir, key + ".json")
+
+    def done(self, area: str, params: dict) -> bool:
+        """Whether every method of the case already has a record (a resumed run skips it)."""
+        return all(os.path.exists(self.path(case_key(area, m, params))) for m in cases.METHODS[area])
+
+    def calibrate(self, threads: list[int]) -> dict[str, float]:
+        path = os.path.join(self.out, "machine.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                saved = json.load(f)
+            if saved.get("commit") == self.commit and set(saved["gemm_peaks"]) >= {
+                    machine.peak_key("cpu", "float32", t) for t in threads}:
+                return saved["gemm_peaks"]
+        peaks = machine.calibrate(threads)
+        machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "commit": self.commit})
+        return peaks
+
+    def _write(self, area: str, method: str, params: dict, status: str, reason: str | None, started: float,
+               metrics: dict | None = None) -> dict:
+        record = {"area": area, "method": method, "params": params, "status": status, "reason": reason,
+                  "commit": self.commit, "hostname": socket.gethostname(),
+                  "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+                  "duration_s": time.time() - started, "min_run_time": self.min_run_time, **(metrics or {})}
+        machine.write_json_atomic(self.path(case_key(area, method, params)), record)
+        return record
+
+    def run_case(self, area: str, params: dict, peaks: dict[str, float]) -> list[dict]:
+        """Build one case and measure each of its methods, writing one record per method."""
+        started = time.time()
+        torch.manual_seed(0)
+        try:
+            case = cases.build(area, params)
+        except Exception as error:  # recorded, never fatal
+            status, reason = _failure(error)
+            return [self._write(area, m, params, status, reason, started) for m in cases.METHODS[area]]
+        records = []
+        for method in cases.METHODS[area]:
+            started = time.time()
+            if method not in case.methods():
+                records.append(self._write(area, method, params, "skipped", f"no {method} for this case", started))
+                continue
+            try:
+                metrics = measure.measure(case, method, min_run_time=self.min_run_time, with_peak=False,
+                                          telemetry_time=self.telemetry_time)
+                key = machine.peak_key(case.device, case.dtype, case.threads)
+                if key in peaks:
+                    metrics.update(gemm_peak_flops_per_s=peaks[key],
+                                   fraction_of_peak=metrics["achieved_flops_per_s"] / peaks[key])
+                records.append(self._write(area, method, params, "ok", None, started, metrics))
+            except Exception as error:
+                status, reason = _failure(error)
+                records.append(self._write(area, method, params, status, reason, started))
+                if case.device == "cuda":
+                    torch.cuda.empty_cache()
+        return records
+
+    def run(self, todo: list[tuple[str, dict]], progress: bool = True) -> dict[str, int]:
+        """Measure every case not yet recorded; returns how many records of each status were written."""
+        from tqdm import tqdm
+
+        threads = sorted({p["threads"] for a, p in todo if "threads" in p})
+        peaks = self.calibrate(threads)
+        counts = dict.fromkeys(STATUSES, 0)
+        remaining = [(a, p) for a, p in todo if not self.done(a, p)]
+        counts["resumed"] = len(todo) - len(remaining)
+        bar = tqdm(remaining, desc="cases", unit="case", disable=not progress, file=sys.stderr)
+        for area, params in bar:
+            bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
+            for record in self.run_case(area, params, peaks):
+                counts[record["status"]] += 1
+        return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="quick", help=f"one of {', '.join(cases.GRIDS)} (default quick)")
+    parser.add_argument("--area", action="append", help="restrict to an area (repeatable)")
+    parser.add_argument("--device", action="append", help="restrict to a device: cpu or cuda (repeatable)")
+    parser.add_argument("--out", default="results/runs/latest", help="folder for machine.json and cases/")
+    parser.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        todo = plan(args.grid, args.area, args.device)
+        runner = Runner(args.out, min_run_time=args.min_run_time)
+    except ValueError as error:
+        parser.error(str(error))
+    counts = runner.run(todo, progress=not args.no_progress)
+    print(f"{args.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

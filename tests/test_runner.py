@@ -1,0 +1,118 @@
+"""The in-process runner: records per case, atomic writes, resume, and failures recorded, not fatal."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from benchmarks import cases, machine, measure, runner
+from transformer import flops
+
+PLAN = [
+    ("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"}),
+    ("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
+    ("threads", {"workload": "attention", "threads": 1}),
+    ("attention", {"seq_len": 128, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
+                   "device": "cuda"}),
+]
+PEAK = 1e11
+
+
+@pytest.fixture(autouse=True)
+def fake_peaks(monkeypatch):
+    """Calibration is tested in test_benchmarks; here a known peak makes fractions checkable."""
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
+        machine.peak_key("cpu", "float32", t): PEAK for t in (None, *threads)})
+
+
+def records(out):
+    folder = os.path.join(out, "cases")
+    return {f: json.load(open(os.path.join(folder, f))) for f in sorted(os.listdir(folder))}
+
+
+def test_records_every_method_with_consistent_metrics(tmp_path):
+    counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN, progress=False)
+    recs = records(tmp_path)
+    assert len(recs) == 2 + 3 + 1 + 1  # multihead: forward, train_step; models: + generate
+    assert counts["ok"] == 6 + (1 if torch.cuda.is_available() else 0)
+    assert not [f for f in os.listdir(tmp_path / "cases") if not f.endswith(".json")]  # no temp files left
+    for r in recs.values():
+        if r["status"] != "ok":
+            assert r["params"]["device"] == "cuda" and "no CUDA device" in r["reason"]
+            continue
+        assert r["time_q25_s"] <= r["time_median_s"] <= r["time_q75_s"]
+        assert r["time_iqr_s"] == pytest.approx(r["time_q75_s"] - r["time_q25_s"])
+        assert r["achieved_flops_per_s"] == pytest.approx(r["matmul_flops"] / r["time_median_s"])
+        assert r["fraction_of_peak"] == pytest.approx(r["achieved_flops_per_s"] / PEAK)
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["time_median_s"])
+    train = recs[runner.case_key("multihead", "train_step", PLAN[0][1]) + ".json"]
+    forward = recs[runner.case_key("multihead", "forward", PLAN[0][1]) + ".json"]
+    shape = cases.MULTIHEAD_SHAPE
+    expected = flops.multi_head_attention(shape["batch"], shape["seq_len"], shape["d_model"], 8, strategy="batched")
+    assert (forward["matmul_flops"], train["matmul_flops"]) == (expected.forward.matmul_total,
+                                                                 expected.train.matmul_total)
+    assert recs[runner.case_key("threads", "forward", PLAN[2][1]) + ".json"]["threads"] == 1
+    meta = json.load(open(tmp_path / "machine.json"))
+    assert meta["machine"]["cpu_count"] == os.cpu_count() and meta["gemm_peaks"]["cpu/float32/1"] == PEAK
+
+
+def test_resume_skips_recorded_cases_and_finishes_an_interrupted_run(tmp_path, monkeypatch):
+    real, calls = measure.measure, []
+
+    def interrupted(case, method, **kw):
+        calls.append(method)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the second case
+        return real(case, method, **kw)
+
+    monkeypatch.setattr(measure, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
+    assert len(records(tmp_path)) == 2  # the first case survived whole
+    monkeypatch.setattr(measure, "measure", real)
+    counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
+    assert counts["resumed"] == 1 and counts["ok"] == 3 and len(records(tmp_path)) == 5
+    again = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
+    assert again["resumed"] == 2 and again["ok"] == 0
+
+
+def test_out_of_memory_and_errors_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    real = cases.build
+
+    def build(area, params):
+        if area == "multihead":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        if area == "models":
+            raise ZeroDivisionError("broken model")
+        return real(area, params)
+
+    monkeypatch.setattr(cases, "build", build)
+    counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:3], progress=False)
+    assert counts["oom"] == 2 and counts["failed"] == 3 and counts["ok"] == 1
+    recs = records(tmp_path)
+    oom = recs[runner.case_key("multihead", "forward", PLAN[0][1]) + ".json"]
+    assert oom["status"] == "oom" and "80.00 GiB" in oom["reason"]
+    failed = recs[runner.case_key("models", "generate", PLAN[1][1]) + ".json"]
+    assert failed["status"] == "failed" and "ZeroDivisionError: broken model" in failed["reason"]
+
+
+def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
+    with pytest.raises(ValueError, match="unknown grid 'huge'.*quick"):
+        runner.plan("huge")
+    with pytest.raises(ValueError, match="unknown area 'rnn'.*attention"):
+        runner.plan("quick", ["rnn"])
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        runner.plan("quick", None, ["tpu"])
+    with pytest.raises(ValueError, match="min_run_time must be > 0.*-1"):
+        runner.Runner(str(tmp_path), min_run_time=-1)
+    assert {p.get("device", "cpu") for _, p in runner.plan("quick", None, ["cpu"])} == {"cpu"}
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = str(tmp_path / "r.json")
+    machine.write_json_atomic(path, {"a": 1})
+    monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        machine.write_json_atomic(path, {"a": 2})
+    assert json.load(open(path)) == {"a": 1} and os.listdir(tmp_path) == ["r.json"]
