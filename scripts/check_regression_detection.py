@@ -1,0 +1,95 @@
+"""Prove that `asv continuous` flags a 2x slowdown, and does not flag a commit that changes nothing.
+
+In a throw-away clone of this repository it makes two commits on top of HEAD: one that changes only
+the README (the control), and one that makes equation (1) do its work twice (an injected 2x
+slowdown). It then runs, in asv-managed virtualenvs (torch==2.13.0 from the local wheel),
+
+    asv continuous HEAD  control    --bench ScaledDotProductAttention.time_forward   (expect: unchanged)
+    asv continuous control slowdown --bench ScaledDotProductAttention.time_forward   (expect: decreased)
+
+and exits 0 only if both verdicts are right. Needs a clean commit to clone: run it after committing.
+
+    .venv/bin/python scripts/check_regression_detection.py [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = "ScaledDotProductAttention.time_forward"
+SLOWDOWN = '''
+
+# Injected by scripts/check_regression_detection.py: every call does its work twice.
+_single_pass_attention = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(*args, **kwargs):  # noqa: F811
+    _single_pass_attention(*args, **kwargs)
+    return _single_pass_attention(*args, **kwargs)
+'''
+
+
+def sh(*cmd: str, cwd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=check)
+
+
+def commit(repo: str, message: str) -> str:
+    sh("git", "-c", "user.name=check", "-c", "user.email=check@localhost", "commit", "-qam", message, cwd=repo)
+    return sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+
+
+def continuous(repo: str, base: str, head: str) -> tuple[int, str]:
+    asv = os.path.join(os.path.dirname(sys.executable), "asv")
+    proc = sh(asv, "continuous", "--factor", "1.5", "--bench", BENCH, base, head, cwd=repo, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def changed_rows(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if re.match(r"\s*[+-]\s+\d", line)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
+    args = parser.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="asv-regression-")
+    repo = os.path.join(work, "repo")
+    start = time.time()
+    try:
+        sh("git", "clone", "-q", ROOT, repo, cwd=work)
+        base = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+        with open(os.path.join(repo, "README.md"), "a") as f:
+            f.write("\n<!-- control commit: no code change -->\n")
+        control = commit(repo, "control: README only")
+        with open(os.path.join(repo, "transformer", "attention.py"), "a") as f:
+            f.write(SLOWDOWN)
+        slowdown = commit(repo, "inject a 2x slowdown into equation (1)")
+
+        code_control, out_control = continuous(repo, base, control)
+        code_slow, out_slow = continuous(repo, control, slowdown)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print(f"control  (README only): exit {code_control}; changed rows: {changed_rows(out_control) or 'none'}")
+    print(f"slowdown (2x equation 1): exit {code_slow}; changed rows:")
+    for row in changed_rows(out_slow):
+        print("   ", row)
+    ok = code_control == 0 and code_slow == 1 and "PERFORMANCE DECREASED" in out_slow
+    if not ok:
+        print(out_control[-3000:], out_slow[-3000:], sep="\n---\n")
+    print(f"{'PASS' if ok else 'FAIL'}: asv continuous flagged the slowdown and not the control "
+          f"({time.time() - start:.0f} s)" if ok else "FAIL: wrong verdict (output above)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

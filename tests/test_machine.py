@@ -1,0 +1,81 @@
+"""Machine metadata, thread counts, GEMM calibration and NVML telemetry (with a fake NVML)."""
+
+import os
+import sys
+import types
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks import machine, telemetry
+
+
+@given(st.integers(1, 512))
+def test_thread_counts_go_from_one_to_all_cores_in_powers_of_two(n):
+    counts = machine.thread_counts(n)
+    assert counts[0] == 1 and counts[-1] == n and counts == sorted(set(counts))
+    assert all(c & (c - 1) == 0 for c in counts[:-1])  # powers of two below all cores
+    assert len(counts) == n.bit_length() + (n & (n - 1) != 0)
+
+
+def test_metadata_names_the_machine_and_its_software():
+    meta = machine.metadata()
+    assert meta["cpu_count"] == os.cpu_count() and meta["torch"] == torch.__version__
+    assert meta["torch_threads"] == torch.get_num_threads() and meta["cpu_model"]
+    if torch.backends.mkl.is_available():
+        assert meta["mkl"] and meta["mkl"][0].isdigit()
+    if not torch.cuda.is_available():
+        assert meta["gpu_name"] is None and meta["gpu_count"] == 0
+
+
+def test_gemm_rate_is_flops_over_time():
+    rate = machine.gemm_flops_per_s(256, min_run_time=0.05)
+    assert 1e8 < rate < 1e14
+    assert machine.peak_key("cpu", "float32", None) == "cpu/float32/default"
+
+
+def test_asv_metadata_path_only_inside_asv(monkeypatch):
+    monkeypatch.delenv("ASV_COMMIT", raising=False)
+    assert machine.asv_metadata_path() is None
+    monkeypatch.setenv("ASV_CONF_DIR", "/r")
+    monkeypatch.setenv("ASV_COMMIT", "abc")
+    monkeypatch.setenv("ASV_ENV_NAME", "existing-py")
+    assert machine.asv_metadata_path().startswith("/r/.asv/metadata/abc/existing-py-")
+
+
+def test_telemetry_energy_from_the_counter_or_from_integrated_power():
+    readings = [(0.0, 300.0, 1900, 2600, 90), (0.5, 500.0, 1700, 2600, 100)]
+    counted = telemetry.summarize(readings, calls=10, elapsed=2.0, energy_start_mj=1000.0, energy_end_mj=801000.0)
+    assert counted.power_w == 400.0 and counted.sm_clock_mhz == 1800 and counted.utilization_pct == 95
+    assert counted.energy_j == 800.0 and counted.energy_per_call_j() == 80.0
+    integrated = telemetry.summarize(readings, calls=10, elapsed=2.0, energy_start_mj=None, energy_end_mj=None)
+    assert integrated.energy_j == 800.0  # 400 W for 2 s
+    with pytest.raises(RuntimeError, match="no readings"):
+        telemetry.summarize([], 1, 1.0, None, None)
+
+
+def test_telemetry_sampling_with_a_fake_nvml(monkeypatch):
+    energy = iter([5_000.0, 7_000.0])
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetPowerUsage=lambda h: 250_000, nvmlDeviceGetClockInfo=lambda h, c: 1500 if c == 0 else 2600,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=80),
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert telemetry.available()
+    calls = []
+    t = telemetry.sample(lambda: calls.append(1), min_time=0.05, interval=0.005)
+    assert t.calls == len(calls) > 0 and t.samples >= 1
+    assert (t.power_w, t.sm_clock_mhz, t.mem_clock_mhz, t.utilization_pct) == (250.0, 1500, 2600, 80)
+    assert t.energy_j == 2.0
+
+
+def test_telemetry_unavailable_without_nvml(monkeypatch):
+    def broken():
+        raise OSError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=broken))
+    assert not telemetry.available()
