@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
     args = parser.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="asv-regression-")
+    os.makedirs(work, exist_ok=True)
     repo = os.path.join(work, "repo")
     start = time.time()
     try:
