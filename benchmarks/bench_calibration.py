@@ -24,8 +24,8 @@ class GemmPeak:
         torch.mm(self.a, self.b)
         self.sync()
 
-    def track_peak_flops_per_s(self, device, dtype):
+    def track_gemm_peak_flops_per_s(self, device, dtype):
         """Best matmul FLOP/s over machine.GEMM_SIZES[device]."""
         return machine.gemm_peak(device, dtype)
 
-    track_peak_flops_per_s.unit = "FLOP/s"
+    track_gemm_peak_flops_per_s.unit = "FLOP/s"

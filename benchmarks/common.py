@@ -66,34 +66,34 @@ class _CaseBenchmark:
 
     track_fraction_of_peak.unit = "fraction"
 
-    def track_gpu_peak_memory(self, peaks, *params):
+    def track_gpu_peak_memory_bytes(self, peaks, *params):
         return measure.gpu_peak_memory(self.case.forward, self.case.device)
 
-    track_gpu_peak_memory.unit = "bytes"
+    track_gpu_peak_memory_bytes.unit = "bytes"
 
     def _telemetry(self):
         return measure.gpu_telemetry(self.case.forward, self.case.device)
 
-    def track_gpu_power(self, peaks, *params):
+    def track_gpu_power_w(self, peaks, *params):
         return self._telemetry().power_w
 
-    track_gpu_power.unit = "W"
+    track_gpu_power_w.unit = "W"
 
-    def track_gpu_sm_clock(self, peaks, *params):
+    def track_gpu_sm_clock_mhz(self, peaks, *params):
         return self._telemetry().sm_clock_mhz
 
-    track_gpu_sm_clock.unit = "MHz"
+    track_gpu_sm_clock_mhz.unit = "MHz"
 
-    def track_gpu_utilization(self, peaks, *params):
+    def track_gpu_utilization_pct(self, peaks, *params):
         return self._telemetry().utilization_pct
 
-    track_gpu_utilization.unit = "%"
+    track_gpu_utilization_pct.unit = "%"
 
-    def track_energy_per_token(self, peaks, *params):
+    def track_energy_per_token_j(self, peaks, *params):
         t = self._telemetry()
         return t.energy_per_call_j() / self.case.tokens
 
-    track_energy_per_token.unit = "J/token"
+    track_energy_per_token_j.unit = "J/token"
 
 
 def grid_params(area: str) -> tuple[list[list], list[str]]:

@@ -137,10 +137,11 @@ def write_json_atomic(path: str, data) -> None:
 
 
 def asv_metadata_path() -> str | None:
-    """Where an asv run records this machine's metadata: ``.asv/metadata/<commit>/<env>-<host>.json``
-    next to asv's own results (asv's results JSON has no field for torch/CUDA/GPU facts)."""
-    conf, commit = os.environ.get("ASV_CONF_DIR"), os.environ.get("ASV_COMMIT")
-    if not conf or not commit:
+    """Where an asv run records this machine's metadata: ``.asv/metadata/<env>-<host>.json`` next to
+    asv's own results (asv's results JSON has no field for torch/CUDA/GPU facts). The facts belong to
+    the machine and the environment, not to a commit; the latest run's file wins."""
+    conf = os.environ.get("ASV_CONF_DIR")
+    if not conf:
         return None
     env = os.environ.get("ASV_ENV_NAME", "env")
-    return os.path.join(conf, ".asv", "metadata", commit, f"{env}-{socket.gethostname()}.json")
+    return os.path.join(conf, ".asv", "metadata", f"{env}-{socket.gethostname()}.json")

@@ -81,13 +81,15 @@ def _failure(error: BaseException) -> tuple[str, str]:
 class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
-    def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0):
+    def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
+                 name: str | None = None):
         if min_run_time <= 0:
             raise ValueError(f"min_run_time must be > 0 seconds; got {min_run_time!r}")
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
         self.cases_dir = os.path.join(out, "cases")
         os.makedirs(self.cases_dir, exist_ok=True)
         self.commit = commit()
+        self.name = name or socket.gethostname()  # the machine's label in reports
 
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
@@ -105,13 +107,14 @@ class Runner:
                     machine.peak_key("cpu", "float32", t) for t in threads}:
                 return saved["gemm_peaks"]
         peaks = machine.calibrate(threads)
-        machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "commit": self.commit})
+        machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "commit": self.commit,
+                                          "name": self.name})
         return peaks
 
     def _write(self, area: str, method: str, params: dict, status: str, reason: str | None, started: float,
                metrics: dict | None = None) -> dict:
         record = {"area": area, "method": method, "params": params, "status": status, "reason": reason,
-                  "commit": self.commit, "hostname": socket.gethostname(),
+                  "commit": self.commit, "machine": self.name,
                   "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
                   "duration_s": time.time() - started, "min_run_time": self.min_run_time, **(metrics or {})}
         machine.write_json_atomic(self.path(case_key(area, method, params)), record)
@@ -170,12 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--area", action="append", help="restrict to an area (repeatable)")
     parser.add_argument("--device", action="append", help="restrict to a device: cpu or cuda (repeatable)")
     parser.add_argument("--out", default="results/runs/latest", help="folder for machine.json and cases/")
+    parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
     parser.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
         todo = plan(args.grid, args.area, args.device)
-        runner = Runner(args.out, min_run_time=args.min_run_time)
+        runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine)
     except ValueError as error:
         parser.error(str(error))
     counts = runner.run(todo, progress=not args.no_progress)

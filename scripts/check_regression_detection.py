@@ -53,7 +53,7 @@ def continuous(repo: str, base: str, head: str) -> tuple[int, str]:
 
 
 def changed_rows(output: str) -> list[str]:
-    return [line.strip() for line in output.splitlines() if re.match(r"\s*[+-]\s+\d", line)]
+    return [line.strip() for line in output.splitlines() if re.match(r"\|\s*[+-]\s*\|", line)]
 
 
 def main() -> int:

@@ -42,7 +42,7 @@ def test_setup_and_every_benchmark_body_run(cls, peaks):
     params, names = cpu_params(cls), cls.param_names
     methods = [n for n in dir(cls) if n.startswith(PREFIXES)]
     assert {"time_forward", "track_matmul_flops", "track_achieved_flops_per_s", "track_fraction_of_peak",
-            "track_gpu_peak_memory", "track_energy_per_token"} <= set(methods)
+            "track_gpu_peak_memory_bytes", "track_energy_per_token_j"} <= set(methods)
     for p in params:
         bench = cls()
         bench.min_run_time = 0.01

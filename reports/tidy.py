@@ -1,0 +1,201 @@
+"""Results as one tidy pandas table: one row per case x method x metric, from asv or the runner.
+
+Columns: where it came from (``source``, ``machine``, ``commit``, ``env``), what was measured
+(``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times), how it went
+(``status``, ``reason``), every parameter axis of every area (empty where an area has no such axis)
+and the machine's facts (CPU model, cores, GPU, torch). ``load()`` takes any mix of runner folders
+and asv results folders; several machines' results concatenate into one table.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import itertools
+import json
+import os
+from collections.abc import Iterable
+
+import pandas as pd
+
+from benchmarks import cases
+
+#: metric -> unit, for every metric the runner or the asv suite records
+UNITS = {
+    "time": "s", "peak_rss": "bytes", "matmul_flops": "FLOP", "other_flops": "FLOP",
+    "achieved_flops_per_s": "FLOP/s", "fraction_of_peak": "fraction", "tokens_per_s": "token/s",
+    "gemm_peak_flops_per_s": "FLOP/s", "gpu_peak_memory_bytes": "bytes", "gpu_power_w": "W",
+    "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
+    "energy_per_token_j": "J/token",
+}
+PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
+                | {"threads"})
+MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
+COLUMNS = (["source", "machine", "commit", "env", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
+            "status", "reason"] + PARAMS + MACHINE_FACTS)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _facts(meta: dict | None) -> dict:
+    meta = meta or {}
+    return {k: meta.get(k) for k in MACHINE_FACTS}
+
+
+def _read(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+# -- the in-process runner ------------------------------------------------------------------------
+
+def from_runner(folder: str) -> pd.DataFrame:
+    """Rows from a runner output folder (``machine.json`` and ``cases/*.json``)."""
+    meta_path = os.path.join(folder, "machine.json")
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(f"{folder!r} is not a runner output folder: it has no machine.json")
+    saved = _read(meta_path)
+    meta = saved["machine"]
+    base = {"source": "runner", "machine": saved.get("name") or meta["hostname"], "commit": saved.get("commit"),
+            "env": f"torch {meta['torch']}", **_facts(meta)}
+    rows = []
+    for key, peak in saved["gemm_peaks"].items():
+        device, dtype, threads = key.split("/")
+        rows.append({**base, "area": "gemm", "method": "matmul", "metric": "gemm_peak_flops_per_s",
+                     "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
+                     "dtype": dtype, "threads": meta["torch_threads"] if threads == "default" else int(threads)})
+    for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
+        rows.extend(_runner_rows(_read(path), base))
+    return _frame(rows)
+
+
+def _runner_rows(rec: dict, base: dict) -> list[dict]:
+    common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
+              "reason": rec["reason"], "commit": rec.get("commit") or base["commit"]}
+    if rec.get("threads") is not None:
+        common["threads"] = rec["threads"]
+    if rec["status"] != "ok":
+        return [{**common, "metric": "time", "unit": "s", "value": float("nan")}]
+    rows = [{**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
+             "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"]}]
+    for metric, unit in UNITS.items():
+        if metric != "time" and rec.get(metric) is not None:
+            rows.append({**common, "metric": metric, "unit": unit, "value": rec[metric]})
+    return rows
+
+
+# -- asv ------------------------------------------------------------------------------------------
+
+def _asv_areas() -> dict[str, str]:
+    """asv class name -> area, from the suite itself."""
+    import importlib
+    import pkgutil
+
+    import benchmarks
+
+    areas = {}
+    for m in pkgutil.iter_modules(benchmarks.__path__):
+        if m.name.startswith("bench_"):
+            module = importlib.import_module(f"benchmarks.{m.name}")
+            for name, obj in vars(module).items():
+                if isinstance(obj, type) and obj.__module__ == module.__name__ and not name.startswith("_"):
+                    areas[name] = getattr(obj, "area", "gemm")
+    return areas
+
+
+def asv_method_metric(name: str) -> tuple[str, str]:
+    """asv benchmark method name -> (method, metric): ``time_train_step`` -> ("train_step", "time"),
+    ``track_generate_matmul_flops`` -> ("generate", "matmul_flops"), ``track_gpu_power_w`` ->
+    ("forward", "gpu_power_w"), ``peakmem_forward`` -> ("forward", "peak_rss")."""
+    kind, _, rest = name.partition("_")
+    if kind == "time":
+        return rest, "time"
+    if kind == "peakmem":
+        return rest, "peak_rss"
+    if kind == "track":
+        if rest == "gemm_peak_flops_per_s":
+            return "matmul", rest
+        method, _, metric = rest.partition("_")
+        if method in ("generate", "train") and metric in UNITS:
+            return ("train_step" if method == "train" else method), metric
+        return "forward", rest
+    raise ValueError(f"{name!r} is not an asv benchmark name (time_, peakmem_ or track_)")
+
+
+def _asv_metadata(results_dir: str, env: str, machine: str) -> dict | None:
+    folder = os.path.join(os.path.dirname(os.path.abspath(results_dir)), "metadata")
+    found = sorted(glob.glob(os.path.join(folder, f"{glob.escape(env)}-*.json")))
+    for path in found:
+        data = _read(path)
+        if data["machine"]["hostname"] == machine or len(found) == 1:
+            return data["machine"]
+    return None
+
+
+def from_asv(results_dir: str) -> pd.DataFrame:
+    """Rows from asv's results directory (every machine, commit and environment in it)."""
+    from asv.results import iter_results
+
+    if not os.path.isdir(results_dir):
+        raise FileNotFoundError(f"no asv results directory at {results_dir!r}")
+    areas, rows = _asv_areas(), []
+    for res in iter_results(results_dir):
+        machine = res.params.get("machine")
+        meta = _asv_metadata(results_dir, res.env_name, machine) or {
+            "cpu_model": res.params.get("cpu"), "cpu_count": int(res.params.get("num_cpu") or 0) or None,
+            "torch": res.params.get("torch")}
+        base = {"source": "asv", "machine": machine, "commit": res.commit_hash, "env": res.env_name, **_facts(meta)}
+        for key in res.get_all_result_keys():
+            parts = key.split(".")
+            cls, bench = (parts[-2], parts[-1]) if len(parts) >= 3 else (None, parts[-1])
+            if cls not in areas:
+                continue  # a benchmark this suite no longer has
+            method, metric = asv_method_metric(bench)
+            params = res.get_result_params(key)
+            values = res.get_result_value(key, params)
+            stats = res.get_result_stats(key, params)
+            names = _asv_param_names(cls, len(params))
+            for combo, value, stat in zip(itertools.product(*params), values, stats):
+                p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
+                ok = value is not None and value == value
+                row = {**base, **p, "area": areas[cls], "method": method, "metric": metric,
+                       "unit": UNITS.get(metric), "value": value if ok else float("nan"),
+                       "status": "ok" if ok else "skipped", "reason": None if ok else "asv: skipped or failed"}
+                if metric == "time" and stat:
+                    row.update(q25=stat.get("q_25"), q75=stat.get("q_75"))
+                    if row["q25"] is not None and row["q75"] is not None:
+                        row["iqr"] = row["q75"] - row["q25"]
+                rows.append(row)
+    return _frame(rows)
+
+
+def _asv_param_names(cls: str, n: int) -> list[str]:
+    import benchmarks.bench_calibration as calibration
+
+    if cls == "GemmPeak":
+        return calibration.GemmPeak.param_names
+    area = _asv_areas()[cls]
+    names = list(cases.axes(area, "full"))
+    if len(names) != n:
+        raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {area} area has {names}")
+    return names
+
+
+# -- any mix --------------------------------------------------------------------------------------
+
+def load(paths: Iterable[str]) -> pd.DataFrame:
+    """One table from runner folders and asv results folders (``.asv/results``), in any mix."""
+    frames = []
+    for path in paths:
+        if os.path.exists(os.path.join(path, "machine.json")) and os.path.isdir(os.path.join(path, "cases")):
+            frames.append(from_runner(path))
+        elif os.path.isdir(path) and glob.glob(os.path.join(path, "*", "machine.json")):
+            frames.append(from_asv(path))
+        else:
+            raise ValueError(f"{path!r} is neither a runner output folder (machine.json + cases/) nor an asv "
+                             f"results folder (<machine>/machine.json)")
+    if not frames:
+        raise ValueError("no results given: pass runner output folders or asv results folders")
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,89 @@
+"""Measurement quality of the in-process runner, measured side by side in one run.
+
+1. Repeatability: the grid's CPU cases are measured twice by the runner (two fresh output folders);
+   for every timed method above 1 ms it prints the ratio of the two medians and how many agree
+   within 5%.
+2. Agreement: every such method is timed again by a plain torch.utils.benchmark
+   ``Timer.blocked_autorange`` on a freshly built case, alternating with the runner's own
+   ``measure.measure``; it prints the ratio of the medians and how many agree within 5%.
+
+    .venv/bin/python scripts/check_measurement.py [--grid quick] [--min-run-time 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+import torch.utils.benchmark as tbench
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import cases, measure, runner  # noqa: E402
+
+TOLERANCE = 0.05
+MIN_TIME_S = 1e-3
+
+
+def sweep(todo, out: str, min_run_time: float) -> dict[str, dict]:
+    r = runner.Runner(out, min_run_time=min_run_time)
+    r.run(todo, progress=False)
+    folder = os.path.join(out, "cases")
+    recs = [json.load(open(os.path.join(folder, f))) for f in os.listdir(folder)]
+    return {runner.case_key(x["area"], x["method"], x["params"]): x for x in recs if x["status"] == "ok"}
+
+
+def summarize(title: str, ratios: dict[str, float]) -> bool:
+    within = {k: r for k, r in ratios.items() if abs(r - 1) <= TOLERANCE}
+    worst = sorted(ratios.items(), key=lambda kv: -abs(kv[1] - 1))[:5]
+    print(f"\n{title}: {len(within)}/{len(ratios)} within {TOLERANCE:.0%}; "
+          f"median ratio {statistics.median(ratios.values()):.3f}")
+    for key, r in worst:
+        print(f"    {r:6.3f}  {key}")
+    return len(within) == len(ratios)
+
+
+def reference(area: str, params: dict, method: str, min_run_time: float, rounds: int = 3) -> tuple[float, float]:
+    """(runner median, blocked_autorange median), each the median of ``rounds`` alternating rounds."""
+    torch.manual_seed(0)
+    case = cases.build(area, params)
+    fn, _, _ = case.work(method)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(measure.measure(case, method, min_run_time=min_run_time, with_peak=False)["time_median_s"])
+        with cases.using_threads(case.threads):
+            timer = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+            theirs.append(timer.blocked_autorange(min_run_time=min_run_time).median)
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="quick")
+    parser.add_argument("--min-run-time", type=float, default=0.5)
+    args = parser.parse_args()
+    todo = runner.plan(args.grid, devices=["cpu"])
+    with tempfile.TemporaryDirectory() as tmp:
+        first = sweep(todo, os.path.join(tmp, "a"), args.min_run_time)
+        second = sweep(todo, os.path.join(tmp, "b"), args.min_run_time)
+    timed = {k: v for k, v in first.items() if v["time_median_s"] >= MIN_TIME_S and k in second}
+    repeat = {k: second[k]["time_median_s"] / v["time_median_s"] for k, v in timed.items()}
+    ok_repeat = summarize(f"Two runs of the {args.grid} grid (second/first median, cases >= 1 ms)", repeat)
+
+    agree = {}
+    for key, rec in timed.items():
+        ours, theirs = reference(rec["area"], rec["params"], rec["method"], args.min_run_time)
+        agree[key] = ours / theirs
+    ok_agree = summarize("Runner vs torch.utils.benchmark blocked_autorange (ratio of medians)", agree)
+    print(f"\n{'PASS' if ok_repeat and ok_agree else 'FAIL'} (tolerance {TOLERANCE:.0%}, "
+          f"min_run_time {args.min_run_time} s, {torch.get_num_threads()} threads)")
+    return 0 if ok_repeat and ok_agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
