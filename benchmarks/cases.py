@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from transformer import MultiHeadAttention, RNNAttention, RNNAttentionConfig, Transformer, TransformerConfig, flops
+from transformer import (MultiHeadAttention, RecurrentLayer, RNNAttention, RNNAttentionConfig, Transformer,
+                         TransformerConfig, flops)
 from transformer import scaled_dot_product_attention
 
 from .machine import thread_counts
@@ -43,6 +44,21 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
                    "device": ["cpu", "cuda"]},
         "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"],
                     "threads": sorted({1, thread_counts()[-1]})},
+        "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [64, 256], "d_model": [128],
+                   "device": ["cpu", "cuda"]},
+    },
+    # What the README's main command measures and reports on: every analysis has its axes, and the
+    # CPU half runs in about two minutes on 2 cores.
+    "default": {
+        "attention": {"seq_len": [128, 256, 512, 1024, 2048], "d_head": [64], "backend": ["math", "sdpa"],
+                      "causal": [False], "dtype": ["float32"], "device": ["cpu", "cuda"]},
+        "multihead": {"heads": [1, 2, 4, 8, 16, 32, 64], "strategy": ["batched", "looped", "sdpa"],
+                      "out_proj": [True, False], "device": ["cpu", "cuda"]},
+        "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny"],
+                   "seq_len": [8, 16, 32, 64, 128], "batch": [8], "device": ["cpu", "cuda"]},
+        "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"], "threads": thread_counts()},
+        "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [32, 64, 128, 256, 512, 1024],
+                   "d_model": [128, 256, 512], "device": ["cpu", "cuda"]},
     },
     "full": {
         "attention": {"seq_len": [128, 256, 512, 1024, 2048, 4096, 8192], "d_head": [64, 128],
@@ -53,12 +69,16 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
         "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny", "paper-base"],
                    "seq_len": [16, 32, 64, 128, 256], "batch": [1, 8, 32], "device": ["cpu", "cuda"]},
         "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"], "threads": thread_counts()},
+        "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [16, 32, 64, 128, 256, 512, 1024, 2048],
+                   "d_model": [128, 256, 512, 1024], "device": ["cpu", "cuda"]},
     },
 }
 
 #: The largest sequence length per device for the attention cases (score memory grows as n^2).
 MAX_SEQ_LEN = {"cpu": 4096, "cuda": 8192}
 MULTIHEAD_SHAPE = {"batch": 8, "seq_len": 256, "d_model": 512}
+#: Table 1's layers: sequences per call, and the heads of the self-attention layer
+LAYER_BATCH, LAYER_HEADS = 4, 8
 GENERATE_STEPS = 16
 
 
@@ -103,7 +123,7 @@ THREAD_WORKLOADS = {
 
 #: What each area times: forward always; a training step and greedy generation where they exist.
 METHODS = {"attention": ("forward",), "multihead": ("forward", "train_step"),
-           "models": ("forward", "train_step", "generate"), "threads": ("forward",)}
+           "models": ("forward", "train_step", "generate"), "threads": ("forward",), "layers": ("forward",)}
 
 
 class Skip(_SkipBase):
@@ -181,7 +201,7 @@ def _train_step(module: torch.nn.Module, call: Callable[[], torch.Tensor]) -> Ca
 def build(area: str, params: dict) -> Prepared:
     """Build one case of ``area`` from its parameters (one dict of ``combinations``)."""
     builders = {"attention": attention_case, "multihead": multihead_case, "models": model_case,
-                "threads": threads_case}
+                "threads": threads_case, "layers": layer_case}
     if area not in builders:
         raise ValueError(f"unknown area {area!r}; allowed: {', '.join(builders)}")
     return builders[area](**params)
@@ -272,3 +292,20 @@ def threads_case(workload: str, threads: int) -> Prepared:
     prepared.train_step = prepared.generate = prepared.generate_flops = prepared.generate_tokens = None
     prepared.threads = threads
     return prepared
+
+
+def layer_case(layer: str, seq_len: int, d_model: int, device: str) -> Prepared:
+    """Table 1: a self-attention layer (8 heads, fused SDPA, with projections; 8nd² + 4n²d FLOPs) against
+    a recurrent layer (a GRU; 12nd²) on LAYER_BATCH sequences of n tokens. Their FLOPs cross at n = d."""
+    dev = _device(device)
+    x = torch.randn(LAYER_BATCH, seq_len, d_model, device=dev)
+    if layer == "self-attention":
+        m = MultiHeadAttention(d_model, LAYER_HEADS, strategy="sdpa", device=dev)
+        f = flops.multi_head_attention(LAYER_BATCH, seq_len, d_model, LAYER_HEADS, strategy="sdpa", device=dev)
+    elif layer == "recurrent":
+        m = RecurrentLayer(d_model, device=dev)
+        f = flops.recurrent_layer(LAYER_BATCH, seq_len, d_model)
+    else:
+        raise ValueError(f"unknown layer {layer!r}; allowed: 'self-attention', 'recurrent'")
+    return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, tokens=LAYER_BATCH * seq_len,
+                    device=dev.type)

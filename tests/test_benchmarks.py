@@ -91,7 +91,7 @@ def test_gemm_peak_benchmark_runs_and_skips_what_it_cannot():
         bench.setup("cpu", "float16")
 
 
-@pytest.mark.parametrize("area", ["attention", "multihead", "models"])
+@pytest.mark.parametrize("area", ["attention", "multihead", "models", "layers"])
 def test_flop_track_equals_the_counted_flops(area):
     for p in cases.select(area, "quick", device="cpu")[:4]:
         case = cases.build(area, p)
@@ -103,7 +103,7 @@ def test_flop_track_equals_the_counted_flops(area):
 def test_cuda_cases_skip_cleanly_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    for area in ("attention", "multihead", "models"):
+    for area in ("attention", "multihead", "models", "layers"):
         with pytest.raises(NotImplementedError, match="no CUDA device"):
             cases.build(area, cases.select(area, "quick", device="cuda")[0])
 

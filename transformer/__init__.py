@@ -4,4 +4,5 @@ from .attention import BACKENDS, causal_mask, scaled_dot_product_attention
 from .multihead import STRATEGIES, MultiHeadAttention
 from .layers import FeedForward, PositionalEncoding, sinusoidal_positional_encoding
 from .model import PRESETS, Transformer, TransformerConfig
-from .rnn_attention import RNN_PRESETS, AdditiveAttention, RNNAttention, RNNAttentionConfig, parameter_count
+from .rnn_attention import (RNN_PRESETS, AdditiveAttention, RecurrentLayer, RNNAttention, RNNAttentionConfig,
+                            parameter_count)

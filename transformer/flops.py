@@ -359,6 +359,17 @@ def rnn_attention_generate(config: RNNAttentionConfig, batch: int, n_src: int, s
     return Flops(t.flops().forward, Breakdown())
 
 
+def recurrent_layer(batch: int, n: int, d_model: int) -> Flops:
+    """Table 1's recurrent layer (RecurrentLayer): a GRU of width d_model over n steps, 12·n·d² matmul FLOPs
+    per sequence, against self-attention's 8·n·d² + 4·n²·d; the two are equal at n = d."""
+    check_positive("batch", batch)
+    check_positive("n", n)
+    check_positive("d_model", d_model)
+    t = _Tally()
+    _gru(t, "recurrent_layer", batch, d_model, d_model, n, h0_grad=False)
+    return t.flops()
+
+
 def _gru(t: _Tally, name: str, batch: int, d_in: int, hidden: int, steps: int, h0_grad: bool) -> None:
     """``steps`` GRU steps: gates from W_ih x (+ b_ih) and W_hh h (+ b_hh), then the cell's elementwise work."""
     with t.scope(name):

@@ -116,6 +116,20 @@ class AdditiveAttention(nn.Module):
         return context, alpha
 
 
+class RecurrentLayer(nn.Module):
+    """Table 1's recurrent layer: one GRU of width d_model over the sequence, O(n·d²), n sequential steps."""
+
+    def __init__(self, d_model: int, device=None, dtype=None):
+        super().__init__()
+        check_positive("d_model", d_model)
+        self.gru = nn.GRU(d_model, d_model, batch_first=True, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, n, d_model) -> (batch, n, d_model)."""
+        with record_function("recurrent_layer.gru"):
+            return self.gru(x)[0]
+
+
 class RNNAttention(nn.Module):
     """RNNsearch: bidirectional GRU encoder, GRU decoder with additive attention recomputed every step."""
 
