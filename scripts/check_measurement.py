@@ -7,6 +7,9 @@
    ``Timer.blocked_autorange`` on a freshly built case, alternating with the runner's own
    ``measure.measure``; it prints the ratio of the medians and how many agree within 5%.
 
+A control measures a plain 1024x1024 GEMM before and after each phase; if it varies by more than
+the tolerance itself the machine is not quiet, and the verdict says so instead of passing or failing.
+
     .venv/bin/python scripts/check_measurement.py [--grid quick] [--min-run-time 0.5]
 """
 
@@ -24,7 +27,7 @@ import torch.utils.benchmark as tbench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import cases, measure, runner  # noqa: E402
+from benchmarks import cases, machine, measure, runner  # noqa: E402
 
 TOLERANCE = 0.05
 MIN_TIME_S = 1e-3
@@ -62,15 +65,24 @@ def reference(area: str, params: dict, method: str, min_run_time: float, rounds:
     return statistics.median(ours), statistics.median(theirs)
 
 
+def control(rates: list[float], times: int = 3) -> None:
+    """Append GEMM rates of a fixed size: the machine's own noise, independent of the suite."""
+    rates.extend(machine.gemm_flops_per_s(1024, min_run_time=0.3) for _ in range(times))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="quick")
     parser.add_argument("--min-run-time", type=float, default=0.5)
     args = parser.parse_args()
     todo = runner.plan(args.grid, devices=["cpu"])
+    rates: list[float] = []
+    control(rates)
     with tempfile.TemporaryDirectory() as tmp:
         first = sweep(todo, os.path.join(tmp, "a"), args.min_run_time)
+        control(rates)
         second = sweep(todo, os.path.join(tmp, "b"), args.min_run_time)
+        control(rates)
     timed = {k: v for k, v in first.items() if v["time_median_s"] >= MIN_TIME_S and k in second}
     repeat = {k: second[k]["time_median_s"] / v["time_median_s"] for k, v in timed.items()}
     ok_repeat = summarize(f"Two runs of the {args.grid} grid (second/first median, cases >= 1 ms)", repeat)
@@ -80,9 +92,15 @@ def main() -> int:
         ours, theirs = reference(rec["area"], rec["params"], rec["method"], args.min_run_time)
         agree[key] = ours / theirs
     ok_agree = summarize("Runner vs torch.utils.benchmark blocked_autorange (ratio of medians)", agree)
-    print(f"\n{'PASS' if ok_repeat and ok_agree else 'FAIL'} (tolerance {TOLERANCE:.0%}, "
-          f"min_run_time {args.min_run_time} s, {torch.get_num_threads()} threads)")
-    return 0 if ok_repeat and ok_agree else 1
+    control(rates)
+    spread = max(rates) / min(rates)
+    quiet = spread - 1 <= TOLERANCE
+    print(f"\nControl GEMM (1024^3, {len(rates)} measurements over the run): {min(rates) / 1e9:.0f}.."
+          f"{max(rates) / 1e9:.0f} GFLOP/s, max/min {spread:.2f}: the machine was {'' if quiet else 'NOT '}quiet")
+    verdict = "PASS" if ok_repeat and ok_agree else ("FAIL" if quiet else "INCONCLUSIVE (noisy machine)")
+    print(f"{verdict} (tolerance {TOLERANCE:.0%}, min_run_time {args.min_run_time} s, "
+          f"{torch.get_num_threads()} threads)")
+    return 0 if verdict == "PASS" else (1 if quiet else 2)
 
 
 if __name__ == "__main__":

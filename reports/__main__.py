@@ -1,0 +1,117 @@
+"""attention-bench's command line: measure the default grid and write the report, or report on results.
+
+    python -m reports                      measure the default grid on this machine (CPU; GPU too if
+                                           there is one), then write the report and print its path
+    python -m reports build PATH [PATH...] report on results already measured: runner folders
+                                           (results/runs/<name>) and/or asv's .asv/results
+    python -m reports compare PATH PATH... print the machines side by side (and write the report)
+    python -m reports csv PATH... --out F  export the tidy table as CSV
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+REPORT_DIR = os.path.join("results", "report")
+
+
+def _asv_html(paths: list[str]) -> str | None:
+    """asv's published site next to the results, as a path relative to the report (if it exists)."""
+    for candidate in [os.path.join(os.path.dirname(os.path.abspath(p)), "html", "index.html") for p in paths] + [
+            os.path.abspath(os.path.join(".asv", "html", "index.html"))]:
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def _report(paths: list[str], out: str, machine: str | None = None) -> str:
+    from . import html, tidy
+
+    table = tidy.load(paths)
+    index = html.build(table, out, machine=machine, asv_html=_asv_html(paths))
+    return index
+
+
+def measure(args) -> int:
+    from benchmarks import runner
+
+    start = time.time()
+    name = args.machine or socket.gethostname()
+    out = args.out or os.path.join("results", "runs", f"{name}-{args.grid}")
+    try:
+        todo = runner.plan(args.grid, devices=args.device)
+        r = runner.Runner(out, min_run_time=args.min_run_time, name=name)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}", file=sys.stderr)
+    counts = r.run(todo, progress=not args.no_progress)
+    print(f"measured: " + ", ".join(f"{k} {v}" for k, v in counts.items()), file=sys.stderr)
+    index = _report([out], args.report)
+    print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
+    print(os.path.abspath(index))
+    return 0
+
+
+def build(args) -> int:
+    index = _report(args.paths, args.report, args.machine)
+    print(os.path.abspath(index))
+    return 0
+
+
+def compare(args) -> int:
+    from . import analyses, tidy
+
+    table = tidy.load(args.paths)
+    a = analyses.analyse_hardware(table)
+    print(a.verdict)
+    for name, df in a.tables.items():
+        print(f"\n{name}:\n{df.to_string()}")
+    print(os.path.abspath(_report(args.paths, args.report)))
+    return 0
+
+
+def csv(args) -> int:
+    from . import tidy
+
+    tidy.load(args.paths).to_csv(args.out, index=False)
+    print(os.path.abspath(args.out))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks import cases
+
+    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
+    sub = parser.add_subparsers(dest="command")
+    m = sub.add_parser("measure", help="measure a grid, then write the report (the default command)")
+    for p in (parser, m):
+        p.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid to measure")
+        p.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
+        p.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
+        p.add_argument("--machine", help="label for this machine (default: the hostname)")
+        p.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
+        p.add_argument("--no-progress", action="store_true")
+    b = sub.add_parser("build", help="report on results already measured")
+    b.add_argument("paths", nargs="+")
+    b.add_argument("--machine", help="the machine whose per-machine analyses lead the report")
+    c = sub.add_parser("compare", help="compare machines' results")
+    c.add_argument("paths", nargs="+")
+    e = sub.add_parser("csv", help="export the tidy table")
+    e.add_argument("paths", nargs="+")
+    e.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv}[args.command](args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""Analyses: pure functions from the tidy table to numbers, tables and a verdict sentence.
+
+Each ``analyse_*`` takes the tidy table of one machine (``reports.tidy``) and returns an ``Analysis``
+whose verdict is formatted from its numbers, never written by hand. Plotting (``reports.figures``)
+and HTML (``reports.html``) only read the tables an analysis returns. Missing data is reported in
+``missing`` and in the verdict, never skipped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from benchmarks import cases
+
+
+@dataclass
+class Analysis:
+    key: str
+    title: str
+    claim: str
+    verdict: str
+    numbers: dict[str, float] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+# -- fits -----------------------------------------------------------------------------------------
+
+def fit_power_law(x, y) -> tuple[float, float]:
+    """Least-squares fit of log y = log c + k log x; returns (k, c). Needs two distinct x > 0."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if len(np.unique(x[keep])) < 2:
+        raise ValueError(f"a power-law fit needs at least two distinct positive x; got {list(x[keep])}")
+    k, logc = np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)
+    return float(k), float(math.exp(logc))
+
+
+def crossover(x, a, b) -> float | None:
+    """The first x where curve a stops being below (or above) curve b, interpolated in log-log space;
+    None if one stays below the other over the whole range. Exact ties count as the crossover."""
+    x, a, b = (np.asarray(v, float) for v in (x, a, b))
+    order = np.argsort(x)
+    x, d = x[order], np.log(a[order]) - np.log(b[order])
+    for i in range(len(x)):
+        if d[i] == 0:
+            return float(x[i])
+        if i and np.sign(d[i]) != np.sign(d[i - 1]):
+            lx0, lx1 = math.log(x[i - 1]), math.log(x[i])
+            return float(math.exp(lx0 + (lx1 - lx0) * d[i - 1] / (d[i - 1] - d[i])))
+    return None
+
+
+def _ok(t: pd.DataFrame, area: str, metric: str, method: str = "forward") -> pd.DataFrame:
+    rows = t[(t.area == area) & (t.metric == metric) & (t.method == method) & (t.status == "ok")]
+    return rows.dropna(subset=["value"])
+
+
+def _devices(rows: pd.DataFrame) -> list[str]:
+    return sorted(rows.device.dropna().unique(), key=lambda d: d != "cpu")
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def _gpu_missing(t: pd.DataFrame, area: str) -> list[str]:
+    if (t[(t.area == area) & (t.status == "ok")].device == "cuda").any():
+        return []
+    return [f"no GPU results for {area}: this machine has no CUDA device, or the GPU cases were not run"]
+
+
+# -- C1: parallelisation --------------------------------------------------------------------------
+
+def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
+    """C1: Transformer vs RNNsearch time against sequence length, forward and training step."""
+    rows = _ok(t, "models", "time")
+    a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length", "C1", "",
+                 missing=_gpu_missing(t, "models"))
+    if rows.empty:
+        a.verdict = "No encoder-decoder results: run the models area."
+        a.missing.append("no models results")
+        return a
+    fits, sentences = [], []
+    for (device, method), g in rows.groupby(["device", "method"]):
+        if method == "generate":
+            continue
+        curves = g.groupby(["model", "seq_len"]).value.median().unstack("model")
+        a.tables[f"time_{device}_{method}"] = curves
+        for model in curves:
+            c = curves[model].dropna()
+            if len(c) >= 2:
+                k, _ = fit_power_law(c.index, c.values)
+                fits.append({"device": device, "method": method, "model": model, "exponent": k,
+                             "n_min": int(c.index.min()), "n_max": int(c.index.max())})
+        if {"transformer", "rnn-width"} <= set(curves) and method == "forward":
+            both = curves[["transformer", "rnn-width"]].dropna()
+            n_max = both.index.max()
+            speedup = both.loc[n_max, "rnn-width"] / both.loc[n_max, "transformer"]
+            cross = crossover(both.index, both["transformer"], both["rnn-width"])
+            a.numbers[f"speedup_{device}_n{n_max}"] = speedup
+            where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
+                     f"no crossover between n = {both.index.min()} and {n_max}")
+            sentences.append(f"On {device}, teacher-forced forward at n = {n_max}: the Transformer takes "
+                             f"{_fmt_time(both.loc[n_max, 'transformer'])}, the width-matched RNN "
+                             f"{_fmt_time(both.loc[n_max, 'rnn-width'])} ({speedup:.2f}× in the Transformer's "
+                             f"favour); {where}.")
+    a.tables["exponents"] = pd.DataFrame(fits)
+    for f in fits:
+        a.numbers[f"exponent_{f['device']}_{f['method']}_{f['model']}"] = f["exponent"]
+    exps = {f["model"]: f["exponent"] for f in fits if f["method"] == "forward" and f["device"] == "cpu"}
+    if exps:
+        sentences.append("Fitted time exponents in n (forward, cpu): "
+                         + ", ".join(f"{m} {k:.2f}" for m, k in sorted(exps.items())) + ".")
+    a.verdict = " ".join(sentences)
+    return a
+
+
+def analyse_generation(t: pd.DataFrame) -> Analysis:
+    """C1: teacher-forced forward (parallel over target positions) vs greedy generation (sequential)."""
+    fwd, gen = _ok(t, "models", "tokens_per_s"), _ok(t, "models", "tokens_per_s", "generate")
+    a = Analysis("c1_generation", "Parallel teacher forcing vs sequential generation", "C1", "")
+    if fwd.empty or gen.empty:
+        a.verdict = "No generation results: run the models area with the runner."
+        a.missing.append("no tokens_per_s for forward and generate")
+        return a
+    keys = ["device", "model", "seq_len"]
+    both = (fwd.groupby(keys).value.median().rename("forward_tokens_per_s").to_frame()
+            .join(gen.groupby(keys).value.median().rename("generate_tokens_per_s"), how="inner"))
+    both["parallel_advantage"] = both.forward_tokens_per_s / both.generate_tokens_per_s
+    a.tables["throughput"] = both.reset_index()
+    sentences = []
+    for device, g in both.reset_index().groupby("device"):
+        n = g.seq_len.max()
+        at = g[g.seq_len == n].set_index("model")
+        for model in at.index:
+            a.numbers[f"parallel_advantage_{device}_{model}_n{n}"] = at.loc[model, "parallel_advantage"]
+        parts = [f"{m} {at.loc[m, 'parallel_advantage']:.1f}×" for m in at.index]
+        sentences.append(f"On {device} at n = {n}, teacher-forced tokens/s over greedy-generation tokens/s: "
+                         + ", ".join(parts) + ".")
+        if {"transformer", "rnn-width"} <= set(at.index):
+            gen_ratio = at.loc["transformer", "generate_tokens_per_s"] / at.loc["rnn-width", "generate_tokens_per_s"]
+            fwd_ratio = at.loc["transformer", "forward_tokens_per_s"] / at.loc["rnn-width", "forward_tokens_per_s"]
+            a.numbers[f"transformer_over_rnn_generate_{device}"] = gen_ratio
+            a.numbers[f"transformer_over_rnn_forward_{device}"] = fwd_ratio
+            sentences.append(f"Transformer/RNN throughput is {fwd_ratio:.2f}× teacher-forced but {gen_ratio:.2f}× "
+                             f"in generation, where both models decode one token at a time.")
+    a.verdict = " ".join(sentences)
+    return a
+
+
+def analyse_threads(t: pd.DataFrame) -> Analysis:
+    """C1: strong scaling on CPU threads: speed-up T(1)/T(p) and parallel efficiency speed-up/p."""
+    rows = _ok(t, "threads", "time")
+    a = Analysis("c1_threads", "Strong scaling over CPU threads", "C1", "")
+    if rows.empty or rows.threads.nunique() < 2:
+        a.verdict = "Thread scaling needs at least two thread counts: run the threads area on a multi-core CPU."
+        a.missing.append("fewer than two thread counts")
+        return a
+    times = rows.groupby(["workload", "threads"]).value.median().unstack("workload")
+    one = times.loc[times.index.min()]
+    speedup = one / times
+    efficiency = speedup.div(speedup.index.to_series(), axis=0)
+    a.tables.update(time=times, speedup=speedup, efficiency=efficiency)
+    p = int(times.index.max())
+    for w in times:
+        a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
+        a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
+    best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
+    a.verdict = (f"On {p} threads, speed-ups over 1 thread: "
+                 + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
+                 + f". {best} scales best, {worst} worst.")
+    return a
+
+
+# -- C2: efficiency -------------------------------------------------------------------------------
+
+def analyse_roofline(t: pd.DataFrame) -> Analysis:
+    """C2: achieved matmul FLOP/s of equation (1) per backend against the machine's GEMM peak."""
+    rows = _ok(t, "attention", "achieved_flops_per_s")
+    a = Analysis("c2_roofline", "Achieved FLOP/s against the measured GEMM peak", "C2", "",
+                 missing=_gpu_missing(t, "attention"))
+    if rows.empty:
+        a.verdict = "No attention results with achieved FLOP/s: run the attention area."
+        a.missing.append("no achieved_flops_per_s")
+        return a
+    sentences = []
+    for device in _devices(rows):
+        d = rows[rows.device == device]
+        curves = d.groupby(["seq_len", "backend"]).value.median().unstack("backend")
+        peaks = t[(t.metric == "gemm_peak_flops_per_s") & (t.device == device) & (t.dtype == "float32")]
+        default_peak = peaks[peaks.threads.isna() | (peaks.threads == peaks.threads.max())].value
+        peak = float(default_peak.max()) if len(default_peak) else float("nan")
+        a.tables[f"achieved_{device}"] = curves
+        a.numbers[f"gemm_peak_{device}"] = peak
+        parts = []
+        for backend in curves:
+            best = curves[backend].max()
+            a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
+            parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
+                         f"{curves[backend].idxmax()}")
+        sentences.append(f"On {device} (GEMM peak {peak / 1e9:.1f} GFLOP/s, float32): " + "; ".join(parts) + ".")
+    a.verdict = " ".join(sentences)
+    return a
+
+
+# -- C3/C4: heads ---------------------------------------------------------------------------------
+
+def score_bytes(heads: int, dtype_bytes: int = 4) -> int:
+    """Bytes of the (batch, h, n, n) score matrix that the batched strategy materialises."""
+    s = cases.MULTIHEAD_SHAPE
+    return s["batch"] * heads * s["seq_len"] ** 2 * dtype_bytes
+
+
+def analyse_heads(t: pd.DataFrame) -> Analysis:
+    """C3/C4: one large attention vs many small heads at fixed d_model: FLOPs, memory and time vs h."""
+    flops_rows = _ok(t, "multihead", "matmul_flops")
+    times = _ok(t, "multihead", "time")
+    a = Analysis("c3_heads", "One large attention vs many small heads", "C3/C4", "",
+                 missing=_gpu_missing(t, "multihead"))
+    if flops_rows.empty or times.empty:
+        a.verdict = "No multi-head results: run the multihead area."
+        a.missing.append("no multihead results")
+        return a
+    with_wo = flops_rows[flops_rows.out_proj.astype(bool)]
+    f = with_wo.groupby("heads").value.median()
+    other = _ok(t, "multihead", "other_flops")
+    work = pd.DataFrame({"matmul_flops": f})
+    if not other.empty:
+        work["other_flops"] = other[other.out_proj.astype(bool)].groupby("heads").value.median()
+    work["score_bytes"] = [score_bytes(int(h)) for h in work.index]
+    a.tables["work"] = work
+    flat = f.max() / f.min()
+    a.numbers["matmul_flops_max_over_min"] = flat
+    device = _devices(times)[0]
+    tt = times[(times.device == device) & times.out_proj.astype(bool)]
+    curves = tt.groupby(["heads", "strategy"]).value.median().unstack("strategy")
+    a.tables[f"time_{device}"] = curves
+    h_lo, h_hi = int(curves.index.min()), int(curves.index.max())
+    spreads = (curves.loc[h_hi] / curves.loc[h_lo]).to_dict()
+    for s, r in spreads.items():
+        a.numbers[f"time_ratio_h{h_hi}_over_h{h_lo}_{s}"] = r
+    same = "holds" if flat < 1.0 + 1e-9 else "does not hold"
+    sentences = [f"Matmul FLOPs vs h: max/min = {flat:.4f} over h = {h_lo}..{h_hi}, so “same FLOPs” {same} for the "
+                 f"matmuls."]
+    if "other_flops" in work:
+        sentences.append(f"Non-matmul work grows {work.other_flops.max() / work.other_flops.min():.1f}× and the "
+                         f"score matrix {work.score_bytes.max() / work.score_bytes.min():.0f}× "
+                         f"({work.score_bytes.min() / 2**20:.0f} → {work.score_bytes.max() / 2**20:.0f} MiB).")
+    sentences.append(f"Yet time on {device} from h = {h_lo} to {h_hi} changes by "
+                     + ", ".join(f"{r:.2f}× ({s})" for s, r in spreads.items()) + ".")
+    wo = times[(times.device == device) & (times.strategy == "batched")]
+    if wo.out_proj.nunique() == 2:
+        w = wo.groupby(["heads", "out_proj"]).value.median().unstack("out_proj")
+        w.columns = ["without W_O" if not c else "with W_O" for c in w.columns]
+        w["W_O cost"] = w["with W_O"] / w["without W_O"]
+        a.tables[f"wo_{device}"] = w
+        a.numbers["wo_time_ratio_median"] = float(w["W_O cost"].median())
+        fw = flops_rows.groupby("out_proj").value.median()
+        a.numbers["wo_flops_ratio"] = fw[True] / fw[False]
+        sentences.append(f"W_O adds {fw[True] / fw[False] - 1:.0%} of the matmul FLOPs and "
+                         f"{w['W_O cost'].median() - 1:.0%} of the time (median over h, batched).")
+    a.verdict = " ".join(sentences)
+    return a
+
+
+# -- Table 1 --------------------------------------------------------------------------------------
+
+def analyse_table1(t: pd.DataFrame) -> Analysis:
+    """Table 1: exponents of time and FLOPs in n and d for self-attention and recurrent layers, and the
+    n < d rule checked on the measured crossover."""
+    times, fl = _ok(t, "layers", "time"), _ok(t, "layers", "matmul_flops")
+    a = Analysis("table1", "Table 1: self-attention vs recurrent layer, O(n²·d) vs O(n·d²)", "Table 1", "")
+    if times.empty:
+        a.verdict = "No layer results: run the layers area."
+        a.missing.append("no layers results")
+        return a
+    device = _devices(times)[0]
+    times, fl = times[times.device == device], fl[fl.device == device]
+    fits = []
+    for metric, rows in (("time", times), ("matmul_flops", fl)):
+        for layer, g in rows.groupby("layer"):
+            d_max, n_max = g.d_model.max(), g.seq_len.max()
+            by_n = g[g.d_model == d_max].groupby("seq_len").value.median()
+            by_d = g[g.seq_len == n_max].groupby("d_model").value.median()
+            row = {"metric": metric, "layer": layer, "d_fixed": int(d_max), "n_fixed": int(n_max)}
+            row["exponent_n"] = fit_power_law(by_n.index, by_n.values)[0] if len(by_n) > 1 else float("nan")
+            row["exponent_d"] = fit_power_law(by_d.index, by_d.values)[0] if len(by_d) > 1 else float("nan")
+            fits.append(row)
+    a.tables["exponents"] = pd.DataFrame(fits)
+    a.tables["exponents"]["paper"] = a.tables["exponents"].layer.map(
+        {"self-attention": "O(n²·d)", "recurrent": "O(n·d²)"})
+    cross = []
+    for d, g in times.groupby("d_model"):
+        tc = g.groupby(["seq_len", "layer"]).value.median().unstack("layer")
+        fc = fl[fl.d_model == d].groupby(["seq_len", "layer"]).value.median().unstack("layer")
+        if {"self-attention", "recurrent"} <= set(tc):
+            cross.append({"d_model": int(d),
+                          "flops_crossover_n": crossover(fc.index, fc["self-attention"], fc["recurrent"]),
+                          "time_crossover_n": crossover(tc.index, tc["self-attention"], tc["recurrent"]),
+                          "n_range": f"{tc.index.min()}..{tc.index.max()}"})
+            a.tables[f"time_d{int(d)}"] = tc
+    cross_t = pd.DataFrame(cross)
+    a.tables["crossover"] = cross_t
+    for f in fits:
+        a.numbers[f"{f['metric']}_exponent_n_{f['layer']}"] = f["exponent_n"]
+        a.numbers[f"{f['metric']}_exponent_d_{f['layer']}"] = f["exponent_d"]
+    sentences = []
+    ex = a.tables["exponents"].set_index(["metric", "layer"])
+    if ("time", "self-attention") in ex.index and ("time", "recurrent") in ex.index:
+        sentences.append(
+            f"On {device}, time grows as n^{ex.loc[('time', 'self-attention'), 'exponent_n']:.2f} for self-attention "
+            f"(FLOPs n^{ex.loc[('matmul_flops', 'self-attention'), 'exponent_n']:.2f}) and as "
+            f"n^{ex.loc[('time', 'recurrent'), 'exponent_n']:.2f} for the recurrent layer "
+            f"(FLOPs n^{ex.loc[('matmul_flops', 'recurrent'), 'exponent_n']:.2f}).")
+    for c in cross:
+        fc_n, tc_n = c["flops_crossover_n"], c["time_crossover_n"]
+        a.numbers[f"flops_crossover_d{c['d_model']}"] = fc_n if fc_n is not None else float("nan")
+        a.numbers[f"time_crossover_d{c['d_model']}"] = tc_n if tc_n is not None else float("nan")
+        fpart = f"FLOPs cross at n = {fc_n:.0f}" if fc_n is not None else f"FLOPs do not cross in n = {c['n_range']}"
+        tpart = (f"measured time crosses at n ≈ {tc_n:.0f} ({tc_n / c['d_model']:.2f}·d)" if tc_n is not None else
+                 f"measured time does not cross in n = {c['n_range']}")
+        sentences.append(f"d = {c['d_model']}: {fpart}; {tpart}.")
+    a.verdict = " ".join(sentences)
+    return a
+
+
+# -- hardware comparison --------------------------------------------------------------------------
+
+def analyse_hardware(t: pd.DataFrame) -> Analysis:
+    """The same cases on several machines as time ratios against the first machine, raw and normalised by
+    each machine's GEMM peak (a ratio near 1 after normalising means the gap is the GEMM peak's gap)."""
+    machines = list(dict.fromkeys(t.machine.dropna()))
+    a = Analysis("hardware", "Hardware comparison", "all", "")
+    if len(machines) < 2:
+        a.verdict = (f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, "
+                     f"measure on another machine (python -m benchmarks.runner --out results/runs/<name>) and build the "
+                     f"report from both folders: python -m reports build results/runs/<a> results/runs/<b>.")
+        a.missing.append("a second machine's results")
+        return a
+    base = machines[0]
+    peaks = (t[(t.metric == "gemm_peak_flops_per_s") & (t.dtype == "float32")]
+             .groupby(["machine", "device"]).value.max())
+    times = t[(t.metric == "time") & (t.status == "ok") & (t.area != "gemm")].dropna(subset=["value"])
+    params = [c for c in cases_axes() if c in times and times[c].notna().any()]
+    key = ["area", "method", *params]
+    wide = times.groupby(key + ["machine"], dropna=False).value.median().unstack("machine")
+    wide = wide.dropna(subset=machines, how="any")
+    if wide.empty:
+        a.verdict = f"The machines {machines} share no measured case; run the same grid on each."
+        a.missing.append("common cases")
+        return a
+    rows = []
+    for m in machines[1:]:
+        raw = wide[base] / wide[m]  # > 1: m is faster
+        device = wide.index.get_level_values("device") if "device" in wide.index.names else ["cpu"] * len(wide)
+        # speed-up divided by the ratio of GEMM peaks: 1.0 means "as fast as its GEMM peak predicts"
+        norm = [r * peaks.get((base, d), np.nan) / peaks.get((m, d), np.nan) for r, d in zip(raw, device)]
+        rows.append({"machine": m, "baseline": base, "cases": len(raw), "median_speedup": float(np.median(raw)),
+                     "min_speedup": float(raw.min()), "max_speedup": float(raw.max()),
+                     "median_speedup_per_peak": float(np.nanmedian(norm))})
+        a.numbers[f"median_speedup_{m}"] = float(np.median(raw))
+    a.tables["speedup"] = pd.DataFrame(rows)
+    a.tables["times"] = wide
+    a.verdict = " ".join(f"{r['machine']} runs the {r['cases']} common cases {r['median_speedup']:.2f}× as fast as "
+                         f"{base} (median; {r['min_speedup']:.2f}–{r['max_speedup']:.2f}×), "
+                         f"{r['median_speedup_per_peak']:.2f}× after dividing by each machine's GEMM peak."
+                         for r in rows)
+    return a
+
+
+def cases_axes() -> list[str]:
+    return sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area})
+
+
+def noise(t: pd.DataFrame) -> pd.DataFrame:
+    """IQR over median of every timed case, summarised per area and method."""
+    rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
+    rel = rows.assign(relative_iqr=rows.iqr / rows.value)
+    return rel.groupby(["area", "method"]).relative_iqr.describe(percentiles=[0.5, 0.9])[
+        ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
+
+
+ANALYSES = (analyse_sequence_length, analyse_generation, analyse_threads, analyse_roofline, analyse_heads,
+            analyse_table1)
+
+
+def run_all(t: pd.DataFrame, machine: str | None = None) -> list[Analysis]:
+    """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison."""
+    machines = list(dict.fromkeys(t.machine.dropna()))
+    if machine is not None and machine not in machines:
+        raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
+    one = t[t.machine == (machine or (machines[0] if machines else None))]
+    return [f(one) for f in ANALYSES] + [analyse_hardware(t)]

@@ -1,0 +1,138 @@
+"""Figures: matplotlib plots of the tables an analysis returns (nothing here computes a result).
+
+``figures_for(analysis)`` returns (file stem, caption, Figure) triples; ``save`` writes them as PNG.
+Axes carry units; log scales where the data spans decades.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .analyses import Analysis  # noqa: E402
+
+SIZE = (6.4, 4.0)
+
+
+def _spans_decades(values) -> bool:
+    v = np.asarray(pd.Series(values).dropna(), float)
+    v = v[v > 0]
+    return len(v) > 1 and v.max() / v.min() >= 10
+
+
+def _lines(table: pd.DataFrame, xlabel: str, ylabel: str, title: str, scale: float = 1.0, marker="o",
+           hline: tuple[float, str] | None = None):
+    fig, ax = plt.subplots(figsize=SIZE)
+    for column in table.columns:
+        s = table[column].dropna()
+        ax.plot(s.index, s.values * scale, marker=marker, label=str(column))
+    if hline is not None:
+        ax.axhline(hline[0] * scale, color="black", linestyle="--", linewidth=1, label=hline[1])
+    if _spans_decades(table.index):
+        ax.set_xscale("log", base=2)
+    if _spans_decades(table.to_numpy().ravel()):
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:
+    out = []
+    for name, table in a.tables.items():
+        fig = _figure(a, name, table)
+        if fig is not None:
+            out.append((f"{a.key}_{name}", f"{a.title}: {name.replace('_', ' ')}", fig))
+    return out
+
+
+def _figure(a: Analysis, name: str, table: pd.DataFrame):
+    if table.empty:
+        return None
+    if a.key == "c1_length" and name.startswith("time_"):
+        return _lines(table, "sequence length n (tokens)", "time per call (ms)", f"{name}: time vs n", 1e3)
+    if a.key == "c1_generation" and name == "throughput":
+        fig, ax = plt.subplots(figsize=SIZE)
+        for (device, model), g in table.groupby(["device", "model"]):
+            ax.plot(g.seq_len, g.forward_tokens_per_s, marker="o", label=f"{model} teacher-forced ({device})")
+            ax.plot(g.seq_len, g.generate_tokens_per_s, marker="x", linestyle="--", label=f"{model} greedy ({device})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel("throughput (tokens/s)")
+        ax.set_title("Teacher forcing (parallel) vs greedy generation (sequential)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+    if a.key == "c1_threads" and name in ("speedup", "efficiency"):
+        fig = _lines(table, "CPU threads", "speed-up over 1 thread (×)" if name == "speedup" else "parallel efficiency",
+                     f"Strong scaling: {name}")
+        ax = fig.axes[0]
+        p = np.asarray(table.index, float)
+        ax.plot(p, p if name == "speedup" else np.ones_like(p), color="grey", linestyle=":", label="ideal")
+        ax.legend(fontsize=8)
+        return fig
+    if a.key == "c2_roofline" and name.startswith("achieved_"):
+        device = name.removeprefix("achieved_")
+        peak = a.numbers.get(f"gemm_peak_{device}")
+        return _lines(table, "sequence length n (tokens)", "achieved matmul GFLOP/s",
+                      f"Equation (1) on {device} against the GEMM peak", 1e-9,
+                      hline=(peak, "measured GEMM peak") if peak == peak else None)
+    if a.key == "c3_heads" and name == "work":
+        fig, ax = plt.subplots(figsize=SIZE)
+        for column, label in (("matmul_flops", "matmul FLOPs"), ("other_flops", "non-matmul FLOPs"),
+                              ("score_bytes", "score matrix bytes")):
+            if column in table:
+                ax.plot(table.index, table[column], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("heads h (d_model fixed at 512)")
+        ax.set_ylabel("FLOPs per call / bytes")
+        ax.set_title("Work and score memory vs heads")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+    if a.key == "c3_heads" and name.startswith("time_"):
+        return _lines(table, "heads h (d_model fixed at 512)", "forward time (ms)", "Time vs heads per strategy", 1e3)
+    if a.key == "c3_heads" and name.startswith("wo_"):
+        return _lines(table[["with W_O", "without W_O"]], "heads h", "forward time (ms)", "With and without W_O", 1e3)
+    if a.key == "table1" and name.startswith("time_d"):
+        return _lines(table, "sequence length n (tokens)", "forward time (ms)",
+                      f"Self-attention vs recurrent layer, d = {name.removeprefix('time_d')}", 1e3)
+    if a.key == "hardware" and name == "speedup":
+        fig, ax = plt.subplots(figsize=SIZE)
+        x = np.arange(len(table))
+        ax.bar(x - 0.2, table.median_speedup, 0.4, label="raw")
+        ax.bar(x + 0.2, table.median_speedup_per_peak, 0.4, label="per GEMM peak")
+        ax.set_xticks(x, table.machine)
+        ax.axhline(1, color="black", linewidth=1)
+        ax.set_ylabel(f"median speed-up over {table.baseline.iloc[0]} (×)")
+        ax.set_title("Machines compared on the same cases")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+    return None
+
+
+def save(figures, folder: str) -> list[dict]:
+    """Write each figure as PNG into ``folder``; returns [{file, caption}] for the HTML."""
+    os.makedirs(folder, exist_ok=True)
+    saved = []
+    for stem, caption, fig in figures:
+        path = os.path.join(folder, f"{stem}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        saved.append({"file": os.path.basename(path), "caption": caption})
+    return saved

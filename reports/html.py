@@ -1,0 +1,63 @@
+"""The HTML report: one self-contained folder (index.html, PNG figures, results.csv), from Jinja2.
+
+``build(table, out)`` runs the analyses, draws their figures and renders ``templates/report.html.j2``.
+The folder opens from disk and can be published as it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import jinja2
+import pandas as pd
+
+from . import analyses, figures
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+
+
+def _html(df: pd.DataFrame, float_format="{:.4g}".format) -> str:
+    return df.to_html(float_format=float_format, na_rep="—", border=0)
+
+
+def _machines(t: pd.DataFrame) -> pd.DataFrame:
+    cols = ["machine", "source", "env", "cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
+    peaks = (t[t.metric == "gemm_peak_flops_per_s"].groupby(["machine", "device", "dtype"]).value.max() / 1e9)
+    m = t[cols].drop_duplicates().set_index("machine")
+    for (machine, device, dtype), v in peaks.items():
+        m.loc[machine, f"GEMM peak {device} {dtype} (GFLOP/s)"] = v
+    return m
+
+
+def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None) -> str:
+    """Write the report for ``table`` into folder ``out``; returns the path of index.html."""
+    if table.empty:
+        raise ValueError("the results table is empty: nothing to report")
+    os.makedirs(out, exist_ok=True)
+    results = analyses.run_all(table, machine)
+    sections = []
+    for a in results:
+        saved = figures.save(figures.figures_for(a), out)
+        sections.append({"key": a.key, "title": a.title, "claim": a.claim, "verdict": a.verdict,
+                         "missing": a.missing, "figures": saved,
+                         "tables": [(name, _html(df)) for name, df in a.tables.items() if not df.empty]})
+    status = table[table.metric == "time"].groupby(["area", "method", "status"]).size().unstack("status", fill_value=0)
+    not_ok = table[(table.metric == "time") & (table.status != "ok")]
+    reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
+    counts = table[table.metric == "time"].status.value_counts().to_dict()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape())
+    page = env.get_template("report.html.j2").render(
+        generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        machine_names=list(dict.fromkeys(table.machine.dropna())),
+        commits=sorted({c[:8] for c in table.commit.dropna()}),
+        counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed")},
+        analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
+        noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
+        asv_html=asv_html)
+    table.to_csv(os.path.join(out, "results.csv"), index=False)
+    path = os.path.join(out, "index.html")
+    with open(path + ".tmp", "w") as f:
+        f.write(page)
+    os.replace(path + ".tmp", path)
+    return path

@@ -1,0 +1,168 @@
+"""Analyses on synthetic tables with known answers: a wrong fit or a wrong verdict fails here."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from benchmarks import cases
+from reports import analyses, tidy
+from transformer import flops
+
+
+def rows(area, metric, values, method="forward", machine="m", **fixed):
+    """Tidy rows: ``values`` maps a tuple of (axis, value) pairs to the measured value."""
+    out = []
+    for params, value in values.items():
+        out.append({"source": "runner", "machine": machine, "commit": "c", "area": area, "method": method,
+                    "metric": metric, "unit": tidy.UNITS[metric], "value": value, "status": "ok",
+                    **fixed, **dict(params)})
+    return out
+
+
+def table(*groups) -> pd.DataFrame:
+    return pd.DataFrame([r for g in groups for r in g], columns=tidy.COLUMNS)
+
+
+def test_power_law_fit_recovers_an_exponent_of_exactly_two():
+    k, c = analyses.fit_power_law([1, 2, 4, 8, 16], [3 * n**2 for n in [1, 2, 4, 8, 16]])
+    assert k == pytest.approx(2.0, abs=1e-12) and c == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="two distinct positive x"):
+        analyses.fit_power_law([4, 4], [1, 2])
+
+
+def test_crossover_is_interpolated_in_log_space_and_none_without_a_crossing():
+    x = [10, 50, 200, 1000]
+    assert analyses.crossover(x, x, [100] * 4) == pytest.approx(100.0)
+    assert analyses.crossover(x, [1] * 4, [2] * 4) is None
+    assert analyses.crossover(x, [1, 2, 3, 4], [1, 1, 1, 1]) == 10  # exact tie
+
+
+def model_times(scale=1.0):
+    ns = [8, 16, 32, 64, 128, 256, 512]
+    tf = {(("model", "transformer"), ("seq_len", n)): scale * 1e-3 * n for n in ns}
+    rnn = {(("model", "rnn-width"), ("seq_len", n)): scale * 1e-5 * n**2 for n in ns}
+    return rows("models", "time", {**tf, **rnn}, device="cpu", preset="tiny", batch=8)
+
+
+def test_sequence_length_fits_exponents_and_finds_the_crossover():
+    a = analyses.analyse_sequence_length(table(model_times()))
+    assert a.numbers["exponent_cpu_forward_transformer"] == pytest.approx(1.0)
+    assert a.numbers["exponent_cpu_forward_rnn-width"] == pytest.approx(2.0)
+    assert a.numbers["speedup_cpu_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
+    assert "cross at n ≈ 100" in a.verdict and "transformer 1.00" in a.verdict and "rnn-width 2.00" in a.verdict
+    assert any("no GPU results" in m for m in a.missing)
+
+
+def test_generation_compares_parallel_and_sequential_throughput():
+    fwd = rows("models", "tokens_per_s", {(("model", "transformer"),): 1000.0, (("model", "rnn-width"),): 250.0},
+               device="cpu", seq_len=64)
+    gen = rows("models", "tokens_per_s", {(("model", "transformer"),): 100.0, (("model", "rnn-width"),): 125.0},
+               method="generate", device="cpu", seq_len=64)
+    a = analyses.analyse_generation(table(fwd, gen))
+    assert a.numbers["parallel_advantage_cpu_transformer_n64"] == pytest.approx(10.0)
+    assert a.numbers["parallel_advantage_cpu_rnn-width_n64"] == pytest.approx(2.0)
+    assert a.numbers["transformer_over_rnn_forward_cpu"] == pytest.approx(4.0)
+    assert a.numbers["transformer_over_rnn_generate_cpu"] == pytest.approx(0.8)
+    assert "4.00× teacher-forced but 0.80× in generation" in a.verdict
+
+
+def test_threads_speedup_and_efficiency():
+    perfect = {(("workload", "attention"), ("threads", p)): 1.0 / p for p in (1, 2, 4)}
+    serial = {(("workload", "rnn-width"), ("threads", p)): 1.0 for p in (1, 2, 4)}
+    a = analyses.analyse_threads(table(rows("threads", "time", {**perfect, **serial})))
+    assert a.numbers["speedup_attention_p4"] == pytest.approx(4.0)
+    assert a.numbers["efficiency_attention_p4"] == pytest.approx(1.0)
+    assert a.numbers["efficiency_rnn-width_p4"] == pytest.approx(0.25)
+    assert "attention scales best, rnn-width worst" in a.verdict
+    one = analyses.analyse_threads(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
+    assert one.missing and "at least two thread counts" in one.verdict
+
+
+def test_roofline_fraction_of_the_measured_peak():
+    achieved = {(("backend", b), ("seq_len", n)): v for b, (lo, hi) in {"math": (10e9, 20e9), "sdpa": (30e9, 50e9)}.items()
+                for n, v in ((128, lo), (1024, hi))}
+    peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
+                dtype="float32")
+    a = analyses.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu"), peak))
+    assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(0.5)
+    assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.2)
+    assert "sdpa peaks at 50.0 GFLOP/s (50%) at n = 1024" in a.verdict
+
+
+def heads_table(flat=True):
+    hs = [1, 2, 4, 8, 16, 32, 64]
+    mm = {(("heads", h), ("strategy", "batched"), ("out_proj", wo)): (5e9 if flat else 5e9 * h) * (1 if wo else 0.8)
+          for h in hs for wo in (True, False)}
+    other = {(("heads", h), ("strategy", "batched"), ("out_proj", True)): 1e6 * h for h in hs}
+    times = {(("heads", h), ("strategy", s), ("out_proj", wo)): t0 * (1 + 0.01 * h) * (1 if wo else 0.9)
+             for h in hs for s, t0 in (("batched", 0.02), ("looped", 0.02)) for wo in (True, False)}
+    return table(rows("multihead", "matmul_flops", mm, device="cpu"), rows("multihead", "other_flops", other, device="cpu"),
+                 rows("multihead", "time", times, device="cpu"))
+
+
+def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
+    a = analyses.analyse_heads(heads_table(flat=True))
+    assert a.numbers["matmul_flops_max_over_min"] == 1.0 and "“same FLOPs” holds" in a.verdict
+    assert a.numbers["time_ratio_h64_over_h1_batched"] == pytest.approx(1.64 / 1.01)
+    assert a.tables["work"].score_bytes.loc[64] == 64 * a.tables["work"].score_bytes.loc[1]
+    assert "Non-matmul work grows 64.0×" in a.verdict
+    assert a.numbers["wo_flops_ratio"] == pytest.approx(1.25) and "W_O adds 25% of the matmul FLOPs" in a.verdict
+    grown = analyses.analyse_heads(heads_table(flat=False))
+    assert grown.numbers["matmul_flops_max_over_min"] == 64 and "does not hold" in grown.verdict
+
+
+def test_score_bytes_follow_the_case_shape():
+    s = cases.MULTIHEAD_SHAPE
+    assert analyses.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4
+
+
+def layer_table():
+    """Times proportional to the exact FLOPs of each layer: both cross where the FLOPs do, at n = d."""
+    ns, ds = [32, 64, 128, 256, 512, 1024], [128, 256]
+    fl, tm = {}, {}
+    for n in ns:
+        for d in ds:
+            sa = flops.multi_head_attention(4, n, d, 8, strategy="sdpa").forward.matmul_total
+            rec = flops.recurrent_layer(4, n, d).forward.matmul_total
+            for layer, f in (("self-attention", sa), ("recurrent", rec)):
+                fl[(("layer", layer), ("seq_len", n), ("d_model", d))] = f
+                tm[(("layer", layer), ("seq_len", n), ("d_model", d))] = f / 1e10
+    return table(rows("layers", "matmul_flops", fl, device="cpu"), rows("layers", "time", tm, device="cpu"))
+
+
+def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
+    a = analyses.analyse_table1(layer_table())
+    assert a.numbers["flops_crossover_d128"] == pytest.approx(128) and a.numbers["flops_crossover_d256"] == pytest.approx(256)
+    assert a.numbers["time_crossover_d128"] == pytest.approx(128)
+    assert a.numbers["time_exponent_n_recurrent"] == pytest.approx(1.0)
+    assert a.numbers["time_exponent_d_recurrent"] == pytest.approx(2.0)
+    # 8nd² + 4n²d at d = 256: between linear and quadratic in n
+    assert 1.0 < a.numbers["matmul_flops_exponent_n_self-attention"] < 2.0
+    assert "d = 128: FLOPs cross at n = 128; measured time crosses at n ≈ 128 (1.00·d)" in a.verdict
+
+
+def test_hardware_ratios_raw_and_per_gemm_peak():
+    fast = [dict(r, machine="fast", value=r["value"] / 2) for r in model_times()]
+    peaks = (rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 1e11}, "matmul", "slow", device="cpu", dtype="float32")
+             + rows("gemm", "gemm_peak_flops_per_s", {(("threads", 8),): 2e11}, "matmul", "fast", device="cpu",
+                    dtype="float32"))
+    a = analyses.analyse_hardware(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
+    s = a.tables["speedup"].iloc[0]
+    assert s.machine == "fast" and s.cases == 14
+    assert s.median_speedup == pytest.approx(2.0) and s.median_speedup_per_peak == pytest.approx(1.0)
+    alone = analyses.analyse_hardware(table(model_times()))
+    assert alone.missing and "python -m reports build" in alone.verdict
+
+
+def test_empty_results_degrade_visibly():
+    empty = table()
+    for f in analyses.ANALYSES:
+        a = f(empty)
+        assert a.missing and a.verdict, f.__name__
+
+
+def test_run_all_rejects_an_unknown_machine():
+    with pytest.raises(ValueError, match="unknown machine 'x'"):
+        analyses.run_all(table(model_times()), "x")
+    assert math.isclose(len(analyses.run_all(table(model_times()))), len(analyses.ANALYSES) + 1)
