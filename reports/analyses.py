@@ -274,7 +274,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
     """Table 1: exponents of time and FLOPs in n and d for self-attention and recurrent layers, and the
     n < d rule checked on the measured crossover."""
     times, fl = _ok(t, "layers", "time"), _ok(t, "layers", "matmul_flops")
-    a = Analysis("table1", "Table 1: self-attention vs recurrent layer, O(n²·d) vs O(n·d²)", "Table 1", "")
+    a = Analysis("table1", "Self-attention vs recurrent layer, O(n²·d) vs O(n·d²)", "Table 1", "")
     if times.empty:
         a.verdict = "No layer results: run the layers area."
         a.missing.append("no layers results")
@@ -335,7 +335,7 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     """The same cases on several machines as time ratios against the first machine, raw and normalised by
     each machine's GEMM peak (a ratio near 1 after normalising means the gap is the GEMM peak's gap)."""
     machines = list(dict.fromkeys(t.machine.dropna()))
-    a = Analysis("hardware", "Hardware comparison", "all", "")
+    a = Analysis("hardware", "The same cases on several machines", "Hardware", "")
     if len(machines) < 2:
         a.verdict = (f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, "
                      f"measure on another machine (python -m benchmarks.runner --out results/runs/<name>) and build the "

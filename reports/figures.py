@@ -60,7 +60,9 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
     if table.empty:
         return None
     if a.key == "c1_length" and name.startswith("time_"):
-        return _lines(table, "sequence length n (tokens)", "time per call (ms)", f"{name}: time vs n", 1e3)
+        _, device, method = name.split("_", 2)
+        return _lines(table, "sequence length n (tokens)", "time per call (ms)",
+                      f"{method.replace('_', ' ')} time vs sequence length on {device}", 1e3)
     if a.key == "c1_generation" and name == "throughput":
         fig, ax = plt.subplots(figsize=SIZE)
         for (device, model), g in table.groupby(["device", "model"]):

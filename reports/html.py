@@ -46,7 +46,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
     counts = table[table.metric == "time"].status.value_counts().to_dict()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape())
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         machine_names=list(dict.fromkeys(table.machine.dropna())),

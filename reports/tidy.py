@@ -35,8 +35,15 @@ COLUMNS = (["source", "machine", "commit", "env", "area", "method", "metric", "u
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
+#: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count"]
+
+
 def _frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    for column in INTEGERS:
+        frame[column] = pd.to_numeric(frame[column]).astype("Int64")
+    return frame
 
 
 def _facts(meta: dict | None) -> dict:

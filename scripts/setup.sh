@@ -2,9 +2,14 @@
 # Creates .venv in the repository root and installs the project with its test extra.
 # torch==2.13.0 comes first: it is the tested CPU build, and a bare "torch" requirement could pull a
 # multi-GB CUDA build. A GPU machine that already has a CUDA torch can skip this and `pip install -e .`.
+#   --browser   also install Debian's chromium (for the report's browser test) if it is not on PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+fi

@@ -1,0 +1,73 @@
+"""The report in a real browser: headless Chromium loads it from disk, with no console errors, every image
+loaded and every section present; a screenshot is kept in artifacts/ (ATTENTION_BENCH_ARTIFACTS).
+
+.ci/run installs Debian's chromium and sets ATTENTION_BENCH_REQUIRE_BROWSER=1, so there a missing browser
+fails instead of skipping."""
+
+import os
+import shutil
+
+import pytest
+
+from benchmarks import machine, runner
+from reports import analyses, html, tidy
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-component-update", "--disable-sync"]
+ARTIFACTS = os.environ.get("ATTENTION_BENCH_ARTIFACTS", os.path.join(os.path.dirname(__file__), "..", "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """A report from a real (short) runner sweep of the quick grid's CPU cases."""
+    tmp = tmp_path_factory.mktemp("report")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
+    try:
+        runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
+    finally:
+        mp.undo()
+    return html.build(tidy.load([str(tmp / "run")]), str(tmp / "report"))
+
+
+def section_keys(report):
+    table = tidy.load([os.path.join(os.path.dirname(report), "..", "run")])
+    return ["summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "machine", "history"]
+
+
+def test_report_folder_is_self_contained(report):
+    folder = os.path.dirname(report)
+    page = open(report).read()
+    for key in section_keys(report):
+        assert f'<section id="{key}">' in page
+    images = [f for f in os.listdir(folder) if f.endswith(".png")]
+    assert images and all(f'src="{f}"' in page for f in images)
+    assert "http://" not in page and "https://" not in page  # nothing fetched from elsewhere
+    assert "No GPU results" in page or "no GPU results" in page  # missing parts say so
+    assert "python -m reports build" in page  # a single machine says how to add another
+
+
+@pytest.mark.skipif(not CHROMIUM and os.environ.get("ATTENTION_BENCH_REQUIRE_BROWSER") != "1",
+                    reason="no chromium on this machine (apt-get install chromium)")
+def test_report_loads_in_headless_chromium(report):
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM, "ATTENTION_BENCH_REQUIRE_BROWSER=1 but chromium is not installed"
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda r: errors.append(f"failed to load {r.url}"))
+        page.goto("file://" + os.path.abspath(report), wait_until="load")
+        images = page.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && "
+                               "i.naturalWidth > 0])")
+        sections = page.evaluate("Array.from(document.querySelectorAll('section')).map(s => s.id)")
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page.screenshot(path=os.path.join(ARTIFACTS, "report.png"), full_page=True)
+        browser.close()
+    assert not errors, errors
+    assert images and all(ok for _, ok in images), [src for src, ok in images if not ok]
+    assert sections == section_keys(report)
