@@ -95,8 +95,16 @@ class Runner:
         return os.path.join(self.cases_dir, key + ".json")
 
     def done(self, area: str, params: dict) -> bool:
-        """Whether every method of the case already has a record (a resumed run skips it)."""
-        return all(os.path.exists(self.path(case_key(area, m, params))) for m in cases.METHODS[area])
+        """Whether every method of the case already has a record of this commit (a resumed run skips it;
+        a record of another commit is measured again)."""
+        for method in cases.METHODS[area]:
+            path = self.path(case_key(area, method, params))
+            if not os.path.exists(path):
+                return False
+            with open(path) as f:
+                if json.load(f).get("commit") != self.commit:
+                    return False
+        return True
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")

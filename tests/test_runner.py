@@ -75,6 +75,9 @@ def test_resume_skips_recorded_cases_and_finishes_an_interrupted_run(tmp_path, m
     assert counts["resumed"] == 1 and counts["ok"] == 3 and len(records(tmp_path)) == 5
     again = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
     assert again["resumed"] == 2 and again["ok"] == 0
+    monkeypatch.setattr(runner, "commit", lambda: "f" * 40)  # the code changed: measure again
+    newer = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
+    assert newer["resumed"] == 0 and newer["ok"] == 5
 
 
 def test_out_of_memory_and_errors_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
