@@ -27,6 +27,12 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
+    def without(self, missing: str, verdict: str) -> Analysis:
+        """This analysis when its data is missing: say so in the verdict and in ``missing``."""
+        self.missing.append(missing)
+        self.verdict = verdict
+        return self
+
 
 # -- fits -----------------------------------------------------------------------------------------
 
@@ -82,9 +88,7 @@ def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
     a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length", "C1", "",
                  missing=_gpu_missing(t, "models"))
     if rows.empty:
-        a.verdict = "No encoder-decoder results: run the models area."
-        a.missing.append("no models results")
-        return a
+        return a.without("no models results", "No encoder-decoder results: run the models area.")
     fits, sentences = [], []
     for (device, method), g in rows.groupby(["device", "method"]):
         if method == "generate":
@@ -125,9 +129,8 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
     fwd, gen = _ok(t, "models", "tokens_per_s"), _ok(t, "models", "tokens_per_s", "generate")
     a = Analysis("c1_generation", "Parallel teacher forcing vs sequential generation", "C1", "")
     if fwd.empty or gen.empty:
-        a.verdict = "No generation results: run the models area with the runner."
-        a.missing.append("no tokens_per_s for forward and generate")
-        return a
+        return a.without("no tokens_per_s for forward and generate",
+                         "No generation results: run the models area with the runner.")
     keys = ["device", "model", "seq_len"]
     both = (fwd.groupby(keys).value.median().rename("forward_tokens_per_s").to_frame()
             .join(gen.groupby(keys).value.median().rename("generate_tokens_per_s"), how="inner"))
@@ -158,9 +161,8 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
     rows = _ok(t, "threads", "time")
     a = Analysis("c1_threads", "Strong scaling over CPU threads", "C1", "")
     if rows.empty or rows.threads.nunique() < 2:
-        a.verdict = "Thread scaling needs at least two thread counts: run the threads area on a multi-core CPU."
-        a.missing.append("fewer than two thread counts")
-        return a
+        return a.without("fewer than two thread counts",
+                         "Thread scaling needs at least two thread counts: run the threads area on a multi-core CPU.")
     times = rows.groupby(["workload", "threads"]).value.median().unstack("workload")
     one = times.loc[times.index.min()]
     speedup = one / times
@@ -185,9 +187,8 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
     a = Analysis("c2_roofline", "Achieved FLOP/s against the measured GEMM peak", "C2", "",
                  missing=_gpu_missing(t, "attention"))
     if rows.empty:
-        a.verdict = "No attention results with achieved FLOP/s: run the attention area."
-        a.missing.append("no achieved_flops_per_s")
-        return a
+        return a.without("no achieved_flops_per_s",
+                         "No attention results with achieved FLOP/s: run the attention area.")
     sentences = []
     for device in _devices(rows):
         d = rows[rows.device == device]
@@ -223,9 +224,7 @@ def analyse_heads(t: pd.DataFrame) -> Analysis:
     a = Analysis("c3_heads", "One large attention vs many small heads", "C3/C4", "",
                  missing=_gpu_missing(t, "multihead"))
     if flops_rows.empty or times.empty:
-        a.verdict = "No multi-head results: run the multihead area."
-        a.missing.append("no multihead results")
-        return a
+        return a.without("no multihead results", "No multi-head results: run the multihead area.")
     with_wo = flops_rows[flops_rows.out_proj.astype(bool)]
     f = with_wo.groupby("heads").value.median()
     other = _ok(t, "multihead", "other_flops")
@@ -276,9 +275,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
     times, fl = _ok(t, "layers", "time"), _ok(t, "layers", "matmul_flops")
     a = Analysis("table1", "Self-attention vs recurrent layer, O(n²·d) vs O(n·d²)", "Table 1", "")
     if times.empty:
-        a.verdict = "No layer results: run the layers area."
-        a.missing.append("no layers results")
-        return a
+        return a.without("no layers results", "No layer results: run the layers area.")
     device = _devices(times)[0]
     times, fl = times[times.device == device], fl[fl.device == device]
     fits = []
@@ -337,11 +334,11 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     machines = list(dict.fromkeys(t.machine.dropna()))
     a = Analysis("hardware", "The same cases on several machines", "Hardware", "")
     if len(machines) < 2:
-        a.verdict = (f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, "
-                     f"measure on another machine (python -m benchmarks.runner --out results/runs/<name>) and build the "
-                     f"report from both folders: python -m reports build results/runs/<a> results/runs/<b>.")
-        a.missing.append("a second machine's results")
-        return a
+        return a.without("a second machine's results", (
+            f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, measure on "
+            f"another machine (python -m reports --machine <name>, or python -m benchmarks.runner --out "
+            f"results/runs/<name>) and build the report from both folders: "
+            f"python -m reports build results/runs/<a> results/runs/<b>."))
     base = machines[0]
     peaks = (t[(t.metric == "gemm_peak_flops_per_s") & (t.dtype == "float32")]
              .groupby(["machine", "device"]).value.max())
@@ -351,9 +348,7 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     wide = times.groupby(key + ["machine"], dropna=False).value.median().unstack("machine")
     wide = wide.dropna(subset=machines, how="any")
     if wide.empty:
-        a.verdict = f"The machines {machines} share no measured case; run the same grid on each."
-        a.missing.append("common cases")
-        return a
+        return a.without("common cases", f"The machines {machines} share no measured case; run the same grid on each.")
     rows = []
     for m in machines[1:]:
         raw = wide[base] / wide[m]  # > 1: m is faster

@@ -15,15 +15,28 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks import cases  # noqa: E402
+
 from .analyses import Analysis  # noqa: E402
 
 SIZE = (6.4, 4.0)
+HEADS_AXIS = f"heads h (d_model fixed at {cases.MULTIHEAD_SHAPE['d_model']})"
 
 
 def _spans_decades(values) -> bool:
     v = np.asarray(pd.Series(values).dropna(), float)
     v = v[v > 0]
     return len(v) > 1 and v.max() / v.min() >= 10
+
+
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, legend_size: int = 8):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
 
 
 def _lines(table: pd.DataFrame, xlabel: str, ylabel: str, title: str, scale: float = 1.0, marker="o",
@@ -38,13 +51,7 @@ def _lines(table: pd.DataFrame, xlabel: str, ylabel: str, title: str, scale: flo
         ax.set_xscale("log", base=2)
     if _spans_decades(table.to_numpy().ravel()):
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, xlabel, ylabel, title)
 
 
 def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:
@@ -70,13 +77,8 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
             ax.plot(g.seq_len, g.generate_tokens_per_s, marker="x", linestyle="--", label=f"{model} greedy ({device})")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("sequence length n (tokens)")
-        ax.set_ylabel("throughput (tokens/s)")
-        ax.set_title("Teacher forcing (parallel) vs greedy generation (sequential)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        return fig
+        return _finish(fig, ax, "sequence length n (tokens)", "throughput (tokens/s)",
+                       "Teacher forcing (parallel) vs greedy generation (sequential)", legend_size=7)
     if a.key == "c1_threads" and name in ("speedup", "efficiency"):
         fig = _lines(table, "CPU threads", "speed-up over 1 thread (×)" if name == "speedup" else "parallel efficiency",
                      f"Strong scaling: {name}")
@@ -99,15 +101,10 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
                 ax.plot(table.index, table[column], marker="o", label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("heads h (d_model fixed at 512)")
-        ax.set_ylabel("FLOPs per call / bytes")
-        ax.set_title("Work and score memory vs heads")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
+        return _finish(fig, ax, HEADS_AXIS, "FLOPs per call / bytes",
+                       "Work and score memory vs heads")
     if a.key == "c3_heads" and name.startswith("time_"):
-        return _lines(table, "heads h (d_model fixed at 512)", "forward time (ms)", "Time vs heads per strategy", 1e3)
+        return _lines(table, HEADS_AXIS, "forward time (ms)", "Time vs heads per strategy", 1e3)
     if a.key == "c3_heads" and name.startswith("wo_"):
         return _lines(table[["with W_O", "without W_O"]], "heads h", "forward time (ms)", "With and without W_O", 1e3)
     if a.key == "table1" and name.startswith("time_d"):
