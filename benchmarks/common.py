@@ -34,10 +34,13 @@ class _CaseBenchmark:
 
     def setup(self, peaks, *params):
         torch.manual_seed(0)
-        self.case = cases.build(self.area, dict(zip(self.param_names, params)))
-        if self.case.threads is not None:
-            torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
-        self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
+        try:
+            self.case = cases.build(self.area, dict(zip(self.param_names, params)))
+            if self.case.threads is not None:
+                torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
+            self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
+        except torch.OutOfMemoryError as error:  # a size that does not fit is skipped, not crashed
+            raise cases.Skip(f"out of memory: {str(error).splitlines()[0]}") from error
 
     def time_forward(self, peaks, *params):
         self.case.forward()

@@ -30,6 +30,23 @@ def _machines(t: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
+def _order(v):
+    return (1, str(v), 0.0) if isinstance(v, str) else (0, "", float(v))
+
+
+def _axes(t: pd.DataFrame) -> pd.DataFrame:
+    """The values each area's axes took in these results (the grid that was measured)."""
+    from . import tidy
+
+    rows = []
+    for area, g in t[t.area != "gemm"].groupby("area"):
+        for axis in tidy.PARAMS:
+            values = g[axis].dropna().unique()
+            if len(values):
+                rows.append({"area": area, "axis": axis, "values": ", ".join(map(str, sorted(values, key=_order)))})
+    return pd.DataFrame(rows).set_index(["area", "axis"])
+
+
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None) -> str:
     """Write the report for ``table`` into folder ``out``; returns the path of index.html."""
     if table.empty:
@@ -41,6 +58,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         saved = figures.save(figures.figures_for(a), out)
         sections.append({"key": a.key, "title": a.title, "claim": a.claim, "verdict": a.verdict,
                          "missing": a.missing, "figures": saved,
+                         "numbers": _html(pd.Series(a.numbers, name="value").to_frame()) if a.numbers else None,
                          "tables": [(name, _html(df)) for name, df in a.tables.items() if not df.empty]})
     status = table[table.metric == "time"].groupby(["area", "method", "status"]).size().unstack("status", fill_value=0)
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
@@ -54,6 +72,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed")},
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
+        axes_table=_html(_axes(table)),
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
     path = os.path.join(out, "index.html")
