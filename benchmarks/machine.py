@@ -98,14 +98,16 @@ def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min
 
 
 @functools.cache
-def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> float:
-    """The best matmul FLOP/s over GEMM_SIZES[device] at the current (or given) thread count, cached
-    per process."""
+def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None = None, repeats: int = 2) -> float:
+    """The best matmul FLOP/s over GEMM_SIZES[device], each measured ``repeats`` times, at the current (or
+    given) thread count; cached per process. A peak is a best case: the maximum resists a moment of
+    contention on a shared machine better than a median would."""
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return max(gemm_flops_per_s(s, device, dtype) for s in GEMM_SIZES[torch.device(device).type])
+        return max(gemm_flops_per_s(s, device, dtype) for s in GEMM_SIZES[torch.device(device).type]
+                   for _ in range(repeats))
     finally:
         torch.set_num_threads(previous)
 

@@ -86,21 +86,24 @@ def csv(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from benchmarks import cases
 
-    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
+    measuring = argparse.ArgumentParser(add_help=False)
+    measuring.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid to measure")
+    measuring.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
+    measuring.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
+    measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
+    measuring.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
+    measuring.add_argument("--no-progress", action="store_true")
+    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],
+                                     parents=[common, measuring], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="command")
-    m = sub.add_parser("measure", help="measure a grid, then write the report (the default command)")
-    for p in (parser, m):
-        p.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid to measure")
-        p.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
-        p.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
-        p.add_argument("--machine", help="label for this machine (default: the hostname)")
-        p.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
-        p.add_argument("--no-progress", action="store_true")
-    b = sub.add_parser("build", help="report on results already measured")
+    sub.add_parser("measure", parents=[common, measuring], help="measure a grid, then write the report (default)")
+    b = sub.add_parser("build", parents=[common], help="report on results already measured")
     b.add_argument("paths", nargs="+")
     b.add_argument("--machine", help="the machine whose per-machine analyses lead the report")
-    c = sub.add_parser("compare", help="compare machines' results")
+    c = sub.add_parser("compare", parents=[common], help="compare machines' results")
     c.add_argument("paths", nargs="+")
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")

@@ -398,5 +398,16 @@ def run_all(t: pd.DataFrame, machine: str | None = None) -> list[Analysis]:
     machines = list(dict.fromkeys(t.machine.dropna()))
     if machine is not None and machine not in machines:
         raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
-    one = t[t.machine == (machine or (machines[0] if machines else None))]
-    return [f(one) for f in ANALYSES] + [analyse_hardware(t)]
+    one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
+    return [f(one) for f in ANALYSES] + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines])
+                                                           if machines else t)]
+
+
+def latest(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one machine's latest run: the (commit, environment) measured last. asv's results hold
+    every commit; an analysis must not pool them."""
+    if t.empty or t[["commit", "env"]].drop_duplicates().shape[0] < 2:
+        return t
+    runs = t.groupby(["commit", "env"], dropna=False).date.max().sort_values()
+    commit, env = runs.index[-1]
+    return t[(t.commit == commit) & (t.env == env)]

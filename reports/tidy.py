@@ -31,7 +31,7 @@ UNITS = {
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {"threads"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
-COLUMNS = (["source", "machine", "commit", "env", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
+COLUMNS = (["source", "machine", "commit", "env", "date", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
@@ -41,6 +41,7 @@ INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_co
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["date"] = pd.to_datetime(frame["date"], utc=True)
     for column in INTEGERS:
         frame[column] = pd.to_numeric(frame[column]).astype("Int64")
     return frame
@@ -80,7 +81,8 @@ def from_runner(folder: str) -> pd.DataFrame:
 
 def _runner_rows(rec: dict, base: dict) -> list[dict]:
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
-              "reason": rec["reason"], "commit": rec.get("commit") or base["commit"]}
+              "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
+              "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
     if rec.get("threads") is not None:
         common["threads"] = rec["threads"]
     if rec["status"] != "ok":
@@ -153,7 +155,9 @@ def from_asv(results_dir: str) -> pd.DataFrame:
         meta = _asv_metadata(results_dir, res.env_name, machine) or {
             "cpu_model": res.params.get("cpu"), "cpu_count": int(res.params.get("num_cpu") or 0) or None,
             "torch": res.params.get("torch")}
-        base = {"source": "asv", "machine": machine, "commit": res.commit_hash, "env": res.env_name, **_facts(meta)}
+        base = {"source": "asv", "machine": machine, "commit": res.commit_hash, "env": res.env_name,
+                "date": pd.Timestamp(max(res.started_at.values()), unit="ms", tz="UTC") if res.started_at else pd.NaT,
+                **_facts(meta)}
         for key in res.get_all_result_keys():
             parts = key.split(".")
             cls, bench = (parts[-2], parts[-1]) if len(parts) >= 3 else (None, parts[-1])

@@ -167,3 +167,13 @@ def test_run_all_rejects_an_unknown_machine():
     with pytest.raises(ValueError, match="unknown machine 'x'"):
         analyses.run_all(table(model_times()), "x")
     assert math.isclose(len(analyses.run_all(table(model_times()))), len(analyses.ANALYSES) + 1)
+
+
+def test_analyses_use_each_machines_latest_run_only():
+    old = [dict(r, commit="old", env="e", date=pd.Timestamp("2026-01-01", tz="UTC"), value=r["value"] * 100)
+           for r in model_times()]
+    new = [dict(r, commit="new", env="e", date=pd.Timestamp("2026-02-01", tz="UTC")) for r in model_times()]
+    t = table(old, new)
+    assert set(analyses.latest(t).commit) == {"new"}
+    a = analyses.run_all(t)[0]
+    assert a.numbers["speedup_cpu_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
