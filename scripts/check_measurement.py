@@ -74,7 +74,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="quick")
     parser.add_argument("--min-run-time", type=float, default=0.5)
+    parser.add_argument("--threads", type=int, help="torch threads for every case without its own thread count "
+                        "(default: torch's; 1 takes OpenMP's sensitivity to a busy core out of the picture)")
     args = parser.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
     todo = runner.plan(args.grid, devices=["cpu"])
     rates: list[float] = []
     control(rates)
