@@ -167,11 +167,16 @@ class Runner:
         counts = dict.fromkeys(STATUSES, 0)
         remaining = [(a, p) for a, p in todo if not self.done(a, p)]
         counts["resumed"] = len(todo) - len(remaining)
-        bar = tqdm(remaining, desc="cases", unit="case", disable=not progress, file=sys.stderr)
-        for area, params in bar:
-            bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
-            for record in self.run_case(area, params, peaks):
-                counts[record["status"]] += 1
+        # progress in timed methods, not cases: each method costs at least min_run_time, so the time left
+        # that tqdm estimates follows the work left
+        bar = tqdm(total=sum(len(cases.METHODS[a]) for a, _ in remaining), desc="measuring", unit="method",
+                   disable=not progress, file=sys.stderr)
+        with bar:
+            for area, params in remaining:
+                bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
+                for record in self.run_case(area, params, peaks):
+                    counts[record["status"]] += 1
+                    bar.update(1)
         return counts
 
 
