@@ -73,7 +73,8 @@ def from_runner(folder: str) -> pd.DataFrame:
         device, dtype, threads = key.split("/")
         rows.append({**base, "area": "gemm", "method": "matmul", "metric": "gemm_peak_flops_per_s",
                      "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
-                     "dtype": dtype, "threads": meta["torch_threads"] if threads == "default" else int(threads)})
+                     "dtype": dtype, "threads": None if device == "cuda" else
+                     meta["torch_threads"] if threads == "default" else int(threads)})
     for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
         rows.extend(_runner_rows(_read(path), base))
     return _frame(rows)

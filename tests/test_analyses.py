@@ -177,3 +177,15 @@ def test_analyses_use_each_machines_latest_run_only():
     assert set(analyses.latest(t).commit) == {"new"}
     a = analyses.run_all(t)[0]
     assert a.numbers["speedup_cpu_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
+
+
+def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
+    two = [dict(r, machine="two", threads=2) for r in model_times()]
+    one = [dict(r, machine="one", threads=1, value=r["value"] * 1.5) for r in model_times()]
+    peaks = [dict(r, machine=m) for m, per_thread in (("two", {1: 1e11, 2: 2e11}), ("one", {1: 1e11, 2: 2e11}))
+             for r in rows("gemm", "gemm_peak_flops_per_s", {(("threads", n),): v for n, v in per_thread.items()},
+                           "matmul", device="cpu", dtype="float32")]
+    s = analyses.analyse_hardware(table(two, one, peaks)).tables["speedup"].iloc[0]
+    assert s.cases == 14  # the same cases match although they ran on different thread counts
+    assert s.median_speedup == pytest.approx(1 / 1.5)
+    assert s.median_speedup_per_peak == pytest.approx((1 / 1.5) * 2e11 / 1e11)
