@@ -126,6 +126,24 @@ METHODS = {"attention": ("forward",), "multihead": ("forward", "train_step"),
            "models": ("forward", "train_step", "generate"), "threads": ("forward",), "layers": ("forward",)}
 
 
+def tokens(area: str, params: dict, method: str = "forward") -> int:
+    """Tokens one call of ``method`` processes (the throughput denominator), from the case's parameters
+    alone, so that results without a record of it (asv's) get the same tokens/s as the runner's."""
+    if area == "threads":
+        inner, fixed = THREAD_WORKLOADS[params["workload"]]
+        return tokens(inner, fixed, method)
+    n = params.get("seq_len", MULTIHEAD_SHAPE["seq_len"])
+    if area == "attention":
+        return max(1, TOKENS[params["device"]] // n) * n
+    if area == "multihead":
+        return MULTIHEAD_SHAPE["batch"] * n
+    if area == "models":
+        return params["batch"] * (GENERATE_STEPS if method == "generate" else n)
+    if area == "layers":
+        return LAYER_BATCH * n
+    raise ValueError(f"unknown area {area!r}; allowed: {', '.join(METHODS)}")
+
+
 class Skip(_SkipBase):
     """A case this machine cannot run (asv skips a benchmark whose setup raises NotImplementedError)."""
 
@@ -214,7 +232,7 @@ def attention_case(seq_len: int, d_head: int, backend: str, causal: bool, dtype:
         raise Skip(f"dtype {dtype} is benchmarked on GPUs only")
     if seq_len > MAX_SEQ_LEN[dev.type]:
         raise Skip(f"seq_len {seq_len} is above this device's cap {MAX_SEQ_LEN[dev.type]}")
-    heads, batch = 8, max(1, TOKENS[dev.type] // seq_len)
+    heads, batch = 8, tokens("attention", {"seq_len": seq_len, "device": dev.type}) // seq_len
     q, k, v = (torch.randn(batch, heads, seq_len, d_head, device=dev, dtype=getattr(torch, dtype)) for _ in range(3))
 
     def call():

@@ -84,15 +84,13 @@ def _gpu_missing(t: pd.DataFrame, area: str) -> list[str]:
 
 def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
     """C1: Transformer vs RNNsearch time against sequence length, forward and training step."""
-    rows = _ok(t, "models", "time")
+    rows = pd.concat([_ok(t, "models", "time"), _ok(t, "models", "time", "train_step")])
     a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length", "C1", "",
                  missing=_gpu_missing(t, "models"))
     if rows.empty:
         return a.without("no models results", "No encoder-decoder results: run the models area.")
     fits, sentences = [], []
     for (device, method), g in rows.groupby(["device", "method"]):
-        if method == "generate":
-            continue
         curves = g.groupby(["model", "seq_len"]).value.median().unstack("model")
         a.tables[f"time_{device}_{method}"] = curves
         for model in curves:

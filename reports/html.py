@@ -17,6 +17,19 @@ from . import analyses, figures
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
 
+#: what the values of each analysis table are, by table-name prefix
+TABLE_UNITS = {"time": "seconds per call (median)", "wo": "seconds per call (median); W_O cost = with/without",
+               "achieved": "matmul FLOP/s", "speedup": "× over one thread", "efficiency": "speed-up / threads",
+               "work": "FLOPs per call; score matrix in bytes", "exponents": "fitted power-law exponents",
+               "crossover": "sequence length n (tokens)", "throughput": "tokens/s"}
+
+
+def _caption(analysis_key: str, name: str) -> str:
+    if analysis_key == "hardware":
+        return {"speedup": "× relative to the baseline machine", "times": "seconds per call (median)"}.get(name, "")
+    return TABLE_UNITS.get(name.split("_")[0], "")
+
+
 def _html(df: pd.DataFrame, float_format="{:.4g}".format) -> str:
     return df.to_html(float_format=float_format, na_rep="—", border=0)
 
@@ -59,7 +72,8 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         sections.append({"key": a.key, "title": a.title, "claim": a.claim, "verdict": a.verdict,
                          "missing": a.missing, "figures": saved,
                          "numbers": _html(pd.Series(a.numbers, name="value").to_frame()) if a.numbers else None,
-                         "tables": [(name, _html(df)) for name, df in a.tables.items() if not df.empty]})
+                         "tables": [(f"{name} — {_caption(a.key, name)}" if _caption(a.key, name) else name, _html(df))
+                                    for name, df in a.tables.items() if not df.empty]})
     status = table[table.metric == "time"].groupby(["area", "method", "status"]).size().unstack("status", fill_value=0)
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None

@@ -180,6 +180,10 @@ def from_asv(results_dir: str) -> pd.DataFrame:
                     if row["q25"] is not None and row["q75"] is not None:
                         row["iqr"] = row["q75"] - row["q25"]
                 rows.append(row)
+                if metric == "time" and ok and row["area"] in cases.METHODS:
+                    # asv records no throughput; tokens per call follow from the parameters
+                    rows.append({**row, "metric": "tokens_per_s", "unit": UNITS["tokens_per_s"], "q25": None,
+                                 "q75": None, "iqr": None, "value": cases.tokens(row["area"], p, method) / value})
     return _frame(rows)
 
 

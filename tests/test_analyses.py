@@ -46,7 +46,10 @@ def model_times(scale=1.0):
 
 
 def test_sequence_length_fits_exponents_and_finds_the_crossover():
-    a = analyses.analyse_sequence_length(table(model_times()))
+    train = [dict(r, method="train_step", value=3 * r["value"]) for r in model_times()]
+    a = analyses.analyse_sequence_length(table(model_times(), train))
+    assert a.numbers["exponent_cpu_train_step_rnn-width"] == pytest.approx(2.0)
+    assert "time_cpu_train_step" in a.tables
     assert a.numbers["exponent_cpu_forward_transformer"] == pytest.approx(1.0)
     assert a.numbers["exponent_cpu_forward_rnn-width"] == pytest.approx(2.0)
     assert a.numbers["speedup_cpu_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))

@@ -128,3 +128,13 @@ def test_grid_selection_and_bad_names():
         cases.combinations("attention", "huge")
     with pytest.raises(ValueError, match="unknown area"):
         cases.combinations("rnn", "quick")
+
+
+@pytest.mark.parametrize("area", list(cases.METHODS))
+def test_tokens_from_parameters_match_the_built_case(area):
+    for p in cpu_params(CLASS_BY_AREA[area])[:4]:
+        case = cases.build(area, p)
+        for method in case.methods():
+            assert cases.tokens(area, p, method) == case.work(method)[2], (area, p, method)
+    with pytest.raises(ValueError, match="unknown area 'rnn'"):
+        cases.tokens("rnn", {})

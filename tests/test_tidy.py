@@ -7,7 +7,7 @@ import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
 
-from benchmarks import machine, runner
+from benchmarks import cases, machine, runner
 from reports import tidy
 
 PLAN = [("multihead", {"heads": 8, "strategy": "looped", "out_proj": True, "device": "cpu"}),
@@ -79,6 +79,9 @@ def test_asv_results_become_the_same_columns(tmp_path):
     flops = t[t.metric == "matmul_flops"].dropna(subset=["value"])
     assert set(flops.unit) == {"FLOP"} and set(flops.method) == {"forward"}
     assert set(t.cpu_model) == {"Test CPU"}
+    throughput = t[t.metric == "tokens_per_s"].sort_values("heads")
+    shape = cases.MULTIHEAD_SHAPE
+    assert list(throughput.value) == pytest.approx([shape["batch"] * shape["seq_len"] / v for v in (0.012, 0.022)])
 
 
 def test_asv_metadata_sidecar_supplies_the_machine_facts(tmp_path):
