@@ -66,6 +66,23 @@ def _ok(t: pd.DataFrame, area: str, metric: str, method: str = "forward") -> pd.
     return rows.dropna(subset=["value"])
 
 
+def _fix(rows: pd.DataFrame, axes: dict[str, object]) -> tuple[pd.DataFrame, str]:
+    """Hold the given axes at one value each, so that a curve never pools different cases: the preferred
+    value where measured (None: no preference), else the most measured one (ties: the largest). Returns
+    the rows and a phrase naming what was held, for the verdict."""
+    held = []
+    for axis, prefer in axes.items():
+        values = rows[axis].dropna()
+        if values.empty:
+            continue
+        counts = values.value_counts()
+        choice = prefer if prefer in counts.index else max(counts.index, key=lambda v: (counts[v], v))
+        rows = rows[rows[axis] == choice]
+        if len(counts) > 1:
+            held.append(f"{axis} {choice}")
+    return rows, (f" (at {', '.join(held)})" if held else "")
+
+
 def _devices(rows: pd.DataFrame) -> list[str]:
     return sorted(rows.device.dropna().unique(), key=lambda d: d != "cpu")
 
@@ -84,7 +101,8 @@ def _gpu_missing(t: pd.DataFrame, area: str) -> list[str]:
 
 def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
     """C1: Transformer vs RNNsearch time against sequence length, forward and training step."""
-    rows = pd.concat([_ok(t, "models", "time"), _ok(t, "models", "time", "train_step")])
+    rows, held = _fix(pd.concat([_ok(t, "models", "time"), _ok(t, "models", "time", "train_step")]),
+                      {"preset": None, "batch": None})
     a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length", "C1", "",
                  missing=_gpu_missing(t, "models"))
     if rows.empty:
@@ -107,7 +125,7 @@ def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
             a.numbers[f"speedup_{device}_n{n_max}"] = speedup
             where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
                      f"no crossover between n = {both.index.min()} and {n_max}")
-            sentences.append(f"On {device}, teacher-forced forward at n = {n_max}: the Transformer takes "
+            sentences.append(f"On {device}{held}, teacher-forced forward at n = {n_max}: the Transformer takes "
                              f"{_fmt_time(both.loc[n_max, 'transformer'])}, the width-matched RNN "
                              f"{_fmt_time(both.loc[n_max, 'rnn-width'])} ({speedup:.2f}× in the Transformer's "
                              f"favour); {where}.")
@@ -124,7 +142,8 @@ def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
 
 def analyse_generation(t: pd.DataFrame) -> Analysis:
     """C1: teacher-forced forward (parallel over target positions) vs greedy generation (sequential)."""
-    fwd, gen = _ok(t, "models", "tokens_per_s"), _ok(t, "models", "tokens_per_s", "generate")
+    fixed = {"preset": None, "batch": None}
+    (fwd, held), (gen, _) = (_fix(_ok(t, "models", "tokens_per_s", m), fixed) for m in ("forward", "generate"))
     a = Analysis("c1_generation", "Parallel teacher forcing vs sequential generation", "C1", "")
     if fwd.empty or gen.empty:
         return a.without("no tokens_per_s for forward and generate",
@@ -141,7 +160,7 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
         for model in at.index:
             a.numbers[f"parallel_advantage_{device}_{model}_n{n}"] = at.loc[model, "parallel_advantage"]
         parts = [f"{m} {at.loc[m, 'parallel_advantage']:.1f}×" for m in at.index]
-        sentences.append(f"On {device} at n = {n}, teacher-forced tokens/s over greedy-generation tokens/s: "
+        sentences.append(f"On {device}{held} at n = {n}, teacher-forced tokens/s over greedy-generation tokens/s: "
                          + ", ".join(parts) + ".")
         if {"transformer", "rnn-width"} <= set(at.index):
             gen_ratio = at.loc["transformer", "generate_tokens_per_s"] / at.loc["rnn-width", "generate_tokens_per_s"]
@@ -181,7 +200,8 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
 
 def analyse_roofline(t: pd.DataFrame) -> Analysis:
     """C2: achieved matmul FLOP/s of equation (1) per backend against the machine's GEMM peak."""
-    rows = _ok(t, "attention", "achieved_flops_per_s")
+    rows, held = _fix(_ok(t, "attention", "achieved_flops_per_s"), {"causal": False, "d_head": None,
+                                                                      "dtype": "float32"})
     a = Analysis("c2_roofline", "Achieved FLOP/s against the measured GEMM peak", "C2", "",
                  missing=_gpu_missing(t, "attention"))
     if rows.empty:
@@ -202,7 +222,7 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
             a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
             parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
                          f"{curves[backend].idxmax()}")
-        sentences.append(f"On {device} (GEMM peak {peak / 1e9:.1f} GFLOP/s, float32): " + "; ".join(parts) + ".")
+        sentences.append(f"On {device}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s, float32): " + "; ".join(parts) + ".")
     a.verdict = " ".join(sentences)
     return a
 

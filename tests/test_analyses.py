@@ -192,3 +192,11 @@ def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
     assert s.cases == 14  # the same cases match although they ran on different thread counts
     assert s.median_speedup == pytest.approx(1 / 1.5)
     assert s.median_speedup_per_peak == pytest.approx((1 / 1.5) * 2e11 / 1e11)
+
+
+def test_curves_never_pool_different_presets_or_batches():
+    big = [dict(r, preset="paper-base", value=r["value"] * 10) for r in model_times()]
+    a = analyses.analyse_sequence_length(table(model_times(), big, big))  # paper-base measured twice as often
+    assert a.numbers["speedup_cpu_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
+    assert a.tables["time_cpu_forward"]["transformer"].loc[8] == pytest.approx(10 * 1e-3 * 8)
+    assert "(at preset paper-base)" in a.verdict
