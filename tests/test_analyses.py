@@ -110,8 +110,13 @@ def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
     assert a.numbers["time_ratio_h64_over_h1_batched"] == pytest.approx(1.64 / 1.01)
     assert a.tables["work"].score_bytes.loc[64] == 64 * a.tables["work"].score_bytes.loc[1]
     assert "Non-matmul work grows 64.0×" in a.verdict
-    assert a.numbers["corr_log_time_log_score_bytes_batched"] > 0.9 and "Why:" in a.verdict
+    assert a.numbers["corr_log_time_log_score_bytes_batched"] > 0.9 and "Why: the batched strategy's time tracks" in a.verdict
+    assert "changes least with h is batched" in a.verdict  # 0.02·(1 + 0.01h) for both; ties keep the first
     assert a.numbers["wo_flops_ratio"] == pytest.approx(1.25) and "W_O adds 25% of the matmul FLOPs" in a.verdict
+    flat_time = heads_table(flat=True)
+    flat_time.loc[flat_time.metric == "time", "value"] = 0.02
+    untracked = analyses.analyse_heads(flat_time)
+    assert "does not track the score-matrix size" in untracked.verdict
     grown = analyses.analyse_heads(heads_table(flat=False))
     assert grown.numbers["matmul_flops_max_over_min"] == 64 and "does not hold" in grown.verdict
 
