@@ -32,7 +32,9 @@ def _report(paths: list[str], out: str, machine: str | None = None) -> str:
     from . import html, tidy
 
     table = tidy.load(paths)
-    index = html.build(table, out, machine=machine, asv_html=_asv_html(paths))
+    site = _asv_html(paths)
+    # a relative link keeps working when the report and .asv/html move together
+    index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None)
     return index
 
 
