@@ -1,0 +1,42 @@
+"""The command line: measure + report, build from results, compare, csv, and clear errors."""
+
+import os
+
+import pandas as pd
+import pytest
+
+from benchmarks import machine
+from reports.__main__ import main
+
+
+@pytest.fixture
+def quick_calibration(monkeypatch):
+    monkeypatch.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
+
+
+def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration):
+    run, report = str(tmp_path / "run"), str(tmp_path / "report")
+    assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
+                 "--min-run-time", "0.01", "--no-progress"]) == 0
+    index = capsys.readouterr().out.strip().splitlines()[-1]
+    assert index == os.path.abspath(os.path.join(report, "index.html")) and os.path.exists(index)
+    assert os.path.exists(os.path.join(report, "results.csv"))
+
+    again = str(tmp_path / "again")
+    assert main(["build", run, "--report", again]) == 0
+    assert open(os.path.join(again, "index.html")).read().count("<section") == 12
+
+    assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
+    table = pd.read_csv(tmp_path / "t.csv")
+    assert set(table.machine) == {"box"} and (table.metric == "time").any()
+
+    assert main(["compare", run, run, "--report", str(tmp_path / "cmp")]) == 0
+    assert "Only one machine (box)" in capsys.readouterr().out
+
+
+def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):
+    assert main(["build", str(tmp_path), "--report", str(tmp_path / "r")]) == 2
+    assert "neither a runner output folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--grid", "huge"])
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
