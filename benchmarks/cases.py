@@ -11,7 +11,6 @@ variable ATTENTION_BENCH_GRID picks the grid the asv classes expose ("quick" unl
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from transformer import (MultiHeadAttention, RecurrentLayer, RNNAttention, RNNAt
                          TransformerConfig, flops)
 from transformer import scaled_dot_product_attention
 
-from .machine import thread_counts
+from .machine import thread_counts, using_threads  # noqa: F401  (re-exported for the runners)
 
 try:  # asv's own skip marker, which also skips when raised in a benchmark's body
     from asv_runner.benchmarks.mark import SkipNotImplemented as _SkipBase
@@ -176,18 +175,6 @@ class Prepared:
 
     def methods(self) -> list[str]:
         return ["forward"] + [m for m in ("train_step", "generate") if getattr(self, m) is not None]
-
-
-@contextlib.contextmanager
-def using_threads(threads: int | None):
-    """Run the block on ``threads`` CPU threads (None: leave torch's setting), then restore it."""
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _device(name: str) -> torch.device:

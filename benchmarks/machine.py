@@ -8,6 +8,7 @@ FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -86,6 +87,18 @@ def thread_counts(all_cores: int | None = None) -> list[int]:
     return counts if counts[-1] == n else counts + [n]
 
 
+@contextlib.contextmanager
+def using_threads(threads: int | None):
+    """Run the block on ``threads`` CPU threads (None: leave torch's setting), then restore it."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
     """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
     dev = torch.device(device)
@@ -102,14 +115,9 @@ def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None =
     """The best matmul FLOP/s over GEMM_SIZES[device], each measured ``repeats`` times, at the current (or
     given) thread count; cached per process. A peak is a best case: the maximum resists a moment of
     contention on a shared machine better than a median would."""
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with using_threads(threads):
         return max(gemm_flops_per_s(s, device, dtype) for s in GEMM_SIZES[torch.device(device).type]
                    for _ in range(repeats))
-    finally:
-        torch.set_num_threads(previous)
 
 
 def peak_key(device: str, dtype: str, threads: int | None) -> str:

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tbench
 
-from . import machine, telemetry
-from .cases import Prepared, Skip, using_threads
+from . import telemetry
+from .cases import Prepared, Skip
+from .machine import using_threads
 
 
 @dataclass
@@ -43,11 +44,6 @@ def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
     return Timing(float(median), float(q25), float(q75), len(m.times), m.number_per_run)
 
 
-def peak_for(case: Prepared) -> float:
-    """This machine's GEMM peak FLOP/s for the case's device, dtype and thread count."""
-    return machine.gemm_peak(case.device, case.dtype, case.threads if case.device == "cpu" else None)
-
-
 def gpu_peak_memory(fn: Callable[[], Any], device: str) -> int:
     """Bytes the CUDA caching allocator held at most during one call."""
     if device != "cuda":
@@ -66,9 +62,10 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
     return telemetry.sample(fn, torch.cuda.current_device(), min_time=min_time)
 
 
-def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, with_peak: bool = True,
+def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,
             telemetry_time: float = 1.0) -> dict:
-    """Every metric of one method of a built case, as a flat dict (one runner record)."""
+    """Every metric of one method of a built case, as a flat dict (one runner record); with this machine's
+    GEMM ``peak`` for the case (``machine.calibrate``), its fraction of that peak too."""
     fn, work, tokens = case.work(method)
     with using_threads(case.threads):
         fn()  # warm-up under the thread count being measured
@@ -81,8 +78,7 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, with_peak
             "achieved_flops_per_s": work.matmul_total / timing.median,
             "tokens_per_s": tokens / timing.median,
         }
-        if with_peak:
-            peak = peak_for(case)
+        if peak is not None:
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
         if case.device == "cuda":
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)

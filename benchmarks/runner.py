@@ -144,12 +144,9 @@ class Runner:
                 records.append(self._write(area, method, params, "skipped", f"no {method} for this case", started))
                 continue
             try:
-                metrics = measure.measure(case, method, min_run_time=self.min_run_time, with_peak=False,
+                peak = peaks.get(machine.peak_key(case.device, case.dtype, case.threads))
+                metrics = measure.measure(case, method, min_run_time=self.min_run_time, peak=peak,
                                           telemetry_time=self.telemetry_time)
-                key = machine.peak_key(case.device, case.dtype, case.threads)
-                if key in peaks:
-                    metrics.update(gemm_peak_flops_per_s=peaks[key],
-                                   fraction_of_peak=metrics["achieved_flops_per_s"] / peaks[key])
                 records.append(self._write(area, method, params, "ok", None, started, metrics))
             except Exception as error:
                 status, reason = _failure(error)

@@ -16,6 +16,8 @@ import pandas as pd
 
 from benchmarks import cases
 
+from . import tidy
+
 
 @dataclass
 class Analysis:
@@ -383,7 +385,7 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     # the thread count a case ran on is the machine's, except where it is the case's own axis
     times.loc[times.area != "threads", "threads"] = pd.NA
     times["peak"] = _peaks_for(t, times)
-    params = [c for c in cases_axes() if c in times and times[c].notna().any()]
+    params = [c for c in tidy.PARAMS if c in times and times[c].notna().any()]
     key = ["area", "method", *params]
     grouped = times.groupby(key + ["machine"], dropna=False)
     wide = grouped.value.median().unstack("machine").dropna(subset=machines, how="any")
@@ -422,10 +424,6 @@ def _peaks_for(t: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
         key = (m, d, n)
         out.append(exact[key] if d == "cpu" and not pd.isna(n) and key in exact.index else best.get((m, d), np.nan))
     return pd.Series(out, index=times.index, dtype=float)
-
-
-def cases_axes() -> list[str]:
-    return sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area})
 
 
 def noise(t: pd.DataFrame) -> pd.DataFrame:

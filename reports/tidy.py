@@ -168,7 +168,7 @@ def from_asv(results_dir: str) -> pd.DataFrame:
             params = res.get_result_params(key)
             values = res.get_result_value(key, params)
             stats = res.get_result_stats(key, params)
-            names = _asv_param_names(cls, len(params))
+            names = _asv_param_names(cls, areas, len(params))
             for combo, value, stat in zip(itertools.product(*params), values, stats):
                 p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
                 ok = value is not None and value == value
@@ -187,12 +187,12 @@ def from_asv(results_dir: str) -> pd.DataFrame:
     return _frame(rows)
 
 
-def _asv_param_names(cls: str, n: int) -> list[str]:
+def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
     import benchmarks.bench_calibration as calibration
 
     if cls == "GemmPeak":
         return calibration.GemmPeak.param_names
-    area = _asv_areas()[cls]
+    area = areas[cls]
     names = list(cases.axes(area, "full"))
     if len(names) != n:
         raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {area} area has {names}")

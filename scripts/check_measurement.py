@@ -58,7 +58,7 @@ def reference(area: str, params: dict, method: str, min_run_time: float, rounds:
     fn, _, _ = case.work(method)
     ours, theirs = [], []
     for _ in range(rounds):
-        ours.append(measure.measure(case, method, min_run_time=min_run_time, with_peak=False)["time_median_s"])
+        ours.append(measure.measure(case, method, min_run_time=min_run_time)["time_median_s"])
         with cases.using_threads(case.threads):
             timer = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
             theirs.append(timer.blocked_autorange(min_run_time=min_run_time).median)

@@ -84,7 +84,7 @@ def test_thread_scaling_sets_and_restores_the_thread_count():
 
     before = torch.get_num_threads()
     case = cases.build("threads", {"workload": "multihead", "threads": 1})
-    record = measure.measure(case, "forward", min_run_time=0.01, with_peak=False)
+    record = measure.measure(case, "forward", min_run_time=0.01)
     assert record["threads"] == 1 and torch.get_num_threads() == before
     with pytest.raises(cases.Skip, match="above this machine"):
         cases.build("threads", {"workload": "attention", "threads": 10_000})
