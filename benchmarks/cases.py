@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 
 from transformer import (MultiHeadAttention, RecurrentLayer, RNNAttention, RNNAttentionConfig, Transformer,
                          TransformerConfig, flops)
@@ -33,6 +34,9 @@ except ImportError:  # running outside asv
 #: Tokens per attention call (batch x sequence length held fixed, as FlashAttention's benchmarks do).
 TOKENS = {"cpu": 4096, "cuda": 16384}
 
+#: The modes of the depth area: what each model runs (greedy generation makes seq_len new tokens).
+MODES = ("forward", "train_step", "generate")
+
 GRIDS: dict[str, dict[str, dict[str, list]]] = {
     "quick": {
         "attention": {"seq_len": [128, 512], "d_head": [64], "backend": ["math", "sdpa"], "causal": [False, True],
@@ -45,6 +49,8 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
                     "threads": sorted({1, thread_counts()[-1]})},
         "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [64, 256], "d_model": [128],
                    "device": ["cpu", "cuda"]},
+        "depth": {"model": ["transformer", "rnn-width"], "preset": ["tiny"], "mode": list(MODES), "seq_len": [8, 16],
+                  "device": ["cpu"]},
     },
     # What the README's main command measures and reports on: every analysis has its axes, and the
     # CPU half runs in about two minutes on 2 cores.
@@ -53,11 +59,13 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
                       "causal": [False], "dtype": ["float32"], "device": ["cpu", "cuda"]},
         "multihead": {"heads": [1, 2, 4, 8, 16, 32, 64], "strategy": ["batched", "looped", "sdpa"],
                       "out_proj": [True, False], "device": ["cpu", "cuda"]},
-        "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny"],
+        "models": {"model": ["transformer", "rnn-width", "rnn-params"], "preset": ["tiny", "paper-base"],
                    "seq_len": [8, 16, 32, 64, 128], "batch": [8], "device": ["cpu", "cuda"]},
         "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"], "threads": thread_counts()},
         "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [32, 64, 128, 256, 512, 1024],
                    "d_model": [128, 256, 512], "device": ["cpu", "cuda"]},
+        "depth": {"model": ["transformer", "rnn-width"], "preset": ["tiny"], "mode": list(MODES),
+                  "seq_len": [8, 16, 32, 64], "device": ["cpu"]},
     },
     "full": {
         "attention": {"seq_len": [128, 256, 512, 1024, 2048, 4096, 8192], "d_head": [64, 128],
@@ -70,6 +78,8 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {
         "threads": {"workload": ["attention", "multihead", "transformer", "rnn-width"], "threads": thread_counts()},
         "layers": {"layer": ["self-attention", "recurrent"], "seq_len": [16, 32, 64, 128, 256, 512, 1024, 2048],
                    "d_model": [128, 256, 512, 1024], "device": ["cpu", "cuda"]},
+        "depth": {"model": ["transformer", "rnn-width"], "preset": ["tiny", "paper-base"], "mode": list(MODES),
+                  "seq_len": [8, 16, 32, 64, 128], "device": ["cpu"]},
     },
 }
 
@@ -97,10 +107,24 @@ def axes(area: str, grid: str | None = None) -> dict[str, list]:
     return GRIDS[grid][area]
 
 
+#: Cases a grid leaves out of its product to keep its cost: the default grid measures the paper-base
+#: models (a realistic size, claim C1's second regime) at two lengths only.
+SPARSE: dict[str, dict[str, Callable[[dict], bool]]] = {
+    "default": {"models": lambda p: p["preset"] != "paper-base" or p["seq_len"] in (16, 64)},
+}
+
+
+def on_grid(area: str, params: dict, grid: str | None = None) -> bool:
+    """Whether a combination of the axes' values is one of the grid's cases (not left out by SPARSE)."""
+    keep = SPARSE.get(active_grid() if grid is None else grid, {}).get(area)
+    return keep is None or keep(params)
+
+
 def combinations(area: str, grid: str | None = None) -> list[dict]:
     """Every case of one area in a grid, as {axis: value} dicts."""
     ax = axes(area, grid)
-    return [dict(zip(ax, values)) for values in itertools.product(*ax.values())]
+    product = (dict(zip(ax, values)) for values in itertools.product(*ax.values()))
+    return [p for p in product if on_grid(area, p, grid)]
 
 
 def select(area: str, grid: str | None = None, **fixed) -> list[dict]:
@@ -120,9 +144,39 @@ THREAD_WORKLOADS = {
     "rnn-width": ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}),
 }
 
+#: Named sets of cases for ``python -m benchmarks.profile --set``: (area, params, method). "default" is
+#: what the README's main command profiles: both models at the tiny and the paper-base size (the two
+#: regimes of claim C1), the heads at both ends of h for each strategy (C3/C4), and equation (1) written
+#: out at a long sequence (what holds the memory).
+PROFILE_SETS: dict[str, list[tuple[str, dict, str]]] = {
+    "quick": [
+        ("models", {"model": m, "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}, "forward")
+        for m in ("transformer", "rnn-width")
+    ] + [("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"}, "forward")],
+    "default": [
+        ("models", {"model": m, "preset": p, "seq_len": n, "batch": 8, "device": "cpu"}, "forward")
+        for p, n in (("tiny", 128), ("paper-base", 64)) for m in ("transformer", "rnn-width")
+    ] + [
+        ("multihead", {"heads": h, "strategy": s, "out_proj": True, "device": "cpu"}, "forward")
+        for s in ("batched", "looped", "sdpa") for h in (1, 8, 64)
+    ] + [
+        ("attention", {"seq_len": 1024, "d_head": 64, "backend": b, "causal": False, "dtype": "float32",
+                       "device": "cpu"}, "forward") for b in ("math", "sdpa")
+    ],
+}
+
+
+def profile_set(name: str) -> list[tuple[str, dict, str]]:
+    if name not in PROFILE_SETS:
+        raise ValueError(f"unknown profile set {name!r}; allowed: {', '.join(PROFILE_SETS)}")
+    return PROFILE_SETS[name]
+
+
 #: What each area times: forward always; a training step and greedy generation where they exist.
+#: The depth area measures no time: its one method records the executed graph (benchmarks.opgraph).
 METHODS = {"attention": ("forward",), "multihead": ("forward", "train_step"),
-           "models": ("forward", "train_step", "generate"), "threads": ("forward",), "layers": ("forward",)}
+           "models": ("forward", "train_step", "generate"), "threads": ("forward",), "layers": ("forward",),
+           "depth": ("graph",)}
 
 
 def tokens(area: str, params: dict, method: str = "forward") -> int:
@@ -140,6 +194,8 @@ def tokens(area: str, params: dict, method: str = "forward") -> int:
         return params["batch"] * (GENERATE_STEPS if method == "generate" else n)
     if area == "layers":
         return LAYER_BATCH * n
+    if area == "depth":
+        return DEPTH_BATCH * n
     raise ValueError(f"unknown area {area!r}; allowed: {', '.join(METHODS)}")
 
 
@@ -162,6 +218,7 @@ class Prepared:
     generate_flops: flops.Flops | None = None
     generate_tokens: int | None = None
     threads: int | None = None
+    graph_only: bool = False  # a depth case: its one callable is recorded, not timed
 
     def work(self, method: str) -> tuple[Callable[[], Any], flops.Breakdown, int]:
         """The callable a method times, its FLOPs (forward, or forward + backward) and its tokens."""
@@ -171,9 +228,13 @@ class Prepared:
             return self.train_step, self.flops.train, self.tokens
         if method == "generate" and self.generate is not None:
             return self.generate, self.generate_flops.forward, self.generate_tokens
+        if method == "graph" and self.graph_only:
+            return self.forward, self.flops.forward, self.tokens
         raise ValueError(f"this case has no method {method!r}; allowed: {', '.join(self.methods())}")
 
     def methods(self) -> list[str]:
+        if self.graph_only:
+            return ["graph"]
         return ["forward"] + [m for m in ("train_step", "generate") if getattr(self, m) is not None]
 
 
@@ -198,7 +259,11 @@ def _synchronized(fn: Callable[[], Any], device: torch.device) -> Callable[[], A
 def _train_step(module: torch.nn.Module, call: Callable[[], torch.Tensor]) -> Callable[[], None]:
     def step():
         module.zero_grad(set_to_none=True)
-        call().float().sum().backward()
+        out = call()
+        with record_function("loss"):
+            loss = out.float().sum()
+        with record_function("backward"):
+            loss.backward()
 
     return step
 
@@ -206,7 +271,7 @@ def _train_step(module: torch.nn.Module, call: Callable[[], torch.Tensor]) -> Ca
 def build(area: str, params: dict) -> Prepared:
     """Build one case of ``area`` from its parameters (one dict of ``combinations``)."""
     builders = {"attention": attention_case, "multihead": multihead_case, "models": model_case,
-                "threads": threads_case, "layers": layer_case}
+                "threads": threads_case, "layers": layer_case, "depth": depth_case}
     if area not in builders:
         raise ValueError(f"unknown area {area!r}; allowed: {', '.join(builders)}")
     return builders[area](**params)
@@ -314,3 +379,34 @@ def layer_case(layer: str, seq_len: int, d_model: int, device: str) -> Prepared:
         raise ValueError(f"unknown layer {layer!r}; allowed: 'self-attention', 'recurrent'")
     return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, tokens=LAYER_BATCH * seq_len,
                     device=dev.type)
+
+
+#: Sequences per call in the depth area (the executed graph does not depend on the batch).
+DEPTH_BATCH = 1
+
+
+def depth_case(model: str, preset: str, mode: str, seq_len: int, device: str) -> Prepared:
+    """The graph one call executes (claim C1, Table 1's sequential operations): a teacher-forced forward,
+    a training step, or greedy generation of seq_len new tokens, on source (and target) of seq_len tokens.
+    Its one method, "graph", is recorded by benchmarks.opgraph: sequential depth and launches."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+    dev = _device(device)
+    config = model_config(model, preset)
+    is_tf = isinstance(config, TransformerConfig)
+    m = (Transformer if is_tf else RNNAttention)(config, device=dev)
+    src = torch.randint(0, config.src_vocab, (DEPTH_BATCH, seq_len), device=dev)
+    tgt = torch.randint(0, config.tgt_vocab, (DEPTH_BATCH, seq_len), device=dev)
+    if mode == "generate":
+        f = (flops.transformer_generate(config, DEPTH_BATCH, seq_len, seq_len) if is_tf else
+             flops.rnn_attention_generate(config, DEPTH_BATCH, seq_len, seq_len))
+        fn, work = (lambda: m.generate(src, seq_len, bos_id=0)), f.forward
+    else:
+        f = (flops.transformer(config, DEPTH_BATCH, seq_len, seq_len, device=dev) if is_tf else
+             flops.rnn_attention(config, DEPTH_BATCH, seq_len, seq_len))
+        if mode == "forward":
+            fn, work = torch.no_grad()(lambda: m(src, tgt)), f.forward
+        else:
+            fn, work = _train_step(m, lambda: m(src, tgt)), f.train
+    return Prepared(_synchronized(fn, dev), flops.Flops(work, flops.Breakdown()), tokens=DEPTH_BATCH * seq_len,
+                    device=dev.type, graph_only=True)

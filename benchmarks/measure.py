@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tbench
 
-from . import telemetry
+from . import opgraph, telemetry
 from .cases import Prepared, Skip
 from .machine import using_threads
 
@@ -67,6 +67,8 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
     """Every metric of one method of a built case, as a flat dict (one runner record); with this machine's
     GEMM ``peak`` for the case (``machine.calibrate``), its fraction of that peak too."""
     fn, work, tokens = case.work(method)
+    if method == "graph":
+        return graph_metrics(case)
     with using_threads(case.threads):
         fn()  # warm-up under the thread count being measured
         timing = blocked_timing(fn, min_run_time)
@@ -90,3 +92,12 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
                 record.update({f"gpu_{k}": v for k, v in asdict(t).items()},
                               energy_per_token_j=t.energy_per_call_j() / tokens)
     return record
+
+
+def graph_metrics(case: Prepared) -> dict:
+    """The executed graph of a depth case: sequential depth, launches, and matmul FLOPs (analytic and
+    counted on the executed operators)."""
+    fn, work, tokens = case.work("graph")
+    graph = opgraph.record(fn)
+    return {"sequential_depth": graph.depth, "op_launches": graph.launches, "tokens": tokens,
+            "matmul_flops": work.matmul_total, "counted_matmul_flops": graph.matmul_flops}

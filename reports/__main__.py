@@ -6,6 +6,7 @@
                                            (results/runs/<name>) and/or asv's .asv/results
     python -m reports compare PATH PATH... print the machines side by side (and write the report)
     python -m reports csv PATH... --out F  export the tidy table as CSV
+    python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 import time
 
 REPORT_DIR = os.path.join("results", "report")
+#: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
+PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
 
 
 def _asv_html(paths: list[str]) -> str | None:
@@ -33,8 +36,10 @@ def _report(paths: list[str], out: str, machine: str | None = None) -> str:
 
     table = tidy.load(paths)
     site = _asv_html(paths)
+    lead = machine or next(iter(dict.fromkeys(table.machine.dropna())), None)
     # a relative link keeps working when the report and .asv/html move together
-    index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None)
+    index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
+                       profiles=tidy.load_profiles(paths, lead))
     return index
 
 
@@ -53,6 +58,11 @@ def measure(args) -> int:
     print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}", file=sys.stderr)
     counts = r.run(todo, progress=not args.no_progress)
     print(f"measured: " + ", ".join(f"{k} {v}" for k, v in counts.items()), file=sys.stderr)
+    if not args.no_profile:
+        from benchmarks import profile
+
+        profiled = profile.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+        print(f"profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
     index = _report([out], args.report)
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
     print(os.path.abspath(index))
@@ -77,6 +87,13 @@ def compare(args) -> int:
     return 0
 
 
+def print_claims(args) -> int:
+    from . import claims
+
+    print(claims.markdown(), end="")
+    return 0
+
+
 def csv(args) -> int:
     from . import tidy
 
@@ -97,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
     measuring.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
     measuring.add_argument("--no-progress", action="store_true")
+    measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],
                                      parents=[common, measuring], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n")[1])
@@ -107,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--machine", help="the machine whose per-machine analyses lead the report")
     c = sub.add_parser("compare", parents=[common], help="compare machines' results")
     c.add_argument("paths", nargs="+")
+    sub.add_parser("claims", help="print the claims the suite tests (docs/CLAIMS.md)")
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")
     e.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     try:
-        return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv}[args.command](args)
+        return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,
+                "claims": print_claims}[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -101,45 +101,149 @@ def _gpu_missing(t: pd.DataFrame, area: str) -> list[str]:
 
 # -- C1: parallelisation --------------------------------------------------------------------------
 
-def analyse_sequence_length(t: pd.DataFrame) -> Analysis:
-    """C1: Transformer vs RNNsearch time against sequence length, forward and training step."""
+def preset_phrase(preset: str) -> str:
+    """A preset with the sizes that matter: 'tiny (d_model 32, 2+2 layers)'."""
+    from transformer import PRESETS
+
+    c = PRESETS.get(preset)
+    if c is None:
+        return str(preset)
+    return f"{preset} (d_model {c.d_model}, {c.num_encoder_layers}+{c.num_decoder_layers} layers, h {c.num_heads})"
+
+
+def conditions(rows: pd.DataFrame, *, n: bool = True, dtype: str | None = None) -> str:
+    """What a verdict was computed on, from its rows: device, threads, dtype and the n range measured."""
+    parts = []
+    devices = _devices(rows)
+    if devices:
+        parts.append("/".join(devices))
+    threads = rows[rows.device.fillna("cpu") == "cpu"].threads.dropna().unique() if "threads" in rows else []
+    if len(threads):
+        parts.append(f"{'/'.join(str(int(x)) for x in sorted(threads))} CPU threads")
+    dtypes = rows.dtype.dropna().unique() if "dtype" in rows else []
+    parts.append("/".join(sorted(map(str, dtypes))) if len(dtypes) else (dtype or "float32"))
+    if n and "seq_len" in rows and rows.seq_len.notna().any():
+        parts.append(f"n = {int(rows.seq_len.min())}..{int(rows.seq_len.max())}")
+    return ", ".join(parts)
+
+
+def _median(t: pd.DataFrame, metric: str, method: str, keys: list[str], batch) -> pd.Series:
+    rows = _ok(t, "models", metric, method)
+    return rows[rows.batch.isin(batch)].groupby(keys).value.median()
+
+
+def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
+    """C1: Transformer vs RNNsearch time against sequence length, forward and training step, at each model
+    size measured (the regimes), with each time ratio split into its FLOP ratio and its FLOP/s ratio."""
     rows, held = _fix(pd.concat([_ok(t, "models", "time"), _ok(t, "models", "time", "train_step")]),
-                      {"preset": "paper-base", "batch": None})
-    a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length", "C1", "",
+                      {"batch": None})
+    a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length and model size", "C1", "",
                  missing=_gpu_missing(t, "models"))
     if rows.empty:
         return a.without("no models results", "No encoder-decoder results: run the models area.")
-    fits, sentences = [], []
-    for (device, method), g in rows.groupby(["device", "method"]):
+    batch = rows.batch.dropna().unique()
+    keys = ["device", "preset", "model", "seq_len"]
+    flops, rate = (_median(t, m, "forward", keys, batch) for m in ("matmul_flops", "achieved_flops_per_s"))
+    fits, sentences, factors = [], [], []
+    for (device, preset, method), g in rows.groupby(["device", "preset", "method"]):
         curves = g.groupby(["model", "seq_len"]).value.median().unstack("model")
-        a.tables[f"time_{device}_{method}"] = curves
+        a.tables[f"time_{device}_{preset}_{method}"] = curves
         for model in curves:
             c = curves[model].dropna()
             if len(c) >= 2:
                 k, _ = fit_power_law(c.index, c.values)
-                fits.append({"device": device, "method": method, "model": model, "exponent": k,
+                fits.append({"device": device, "preset": preset, "method": method, "model": model, "exponent": k,
                              "n_min": int(c.index.min()), "n_max": int(c.index.max())})
-        if {"transformer", "rnn-width"} <= set(curves) and method == "forward":
-            both = curves[["transformer", "rnn-width"]].dropna()
-            n_max = both.index.max()
-            speedup = both.loc[n_max, "rnn-width"] / both.loc[n_max, "transformer"]
-            cross = crossover(both.index, both["transformer"], both["rnn-width"])
-            a.numbers[f"speedup_{device}_n{n_max}"] = speedup
-            where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
-                     f"no crossover between n = {both.index.min()} and {n_max}")
-            sentences.append(f"On {device}{held}, teacher-forced forward at n = {n_max}: the Transformer takes "
-                             f"{_fmt_time(both.loc[n_max, 'transformer'])}, the width-matched RNN "
-                             f"{_fmt_time(both.loc[n_max, 'rnn-width'])}: the Transformer is {speedup:.2f}× as fast; "
-                             f"{where}.")
+        if method != "forward" or not {"transformer", "rnn-width"} <= set(curves):
+            continue
+        both = curves.dropna(subset=["transformer", "rnn-width"])
+        for n in both.index:
+            f_tf, f_rnn = flops.get((device, preset, "transformer", n)), flops.get((device, preset, "rnn-width", n))
+            r_tf, r_rnn = rate.get((device, preset, "transformer", n)), rate.get((device, preset, "rnn-width", n))
+            row = {"device": device, "preset": preset, "seq_len": int(n),
+                   "transformer_s": both.loc[n, "transformer"], "rnn_width_s": both.loc[n, "rnn-width"],
+                   "speedup": both.loc[n, "rnn-width"] / both.loc[n, "transformer"]}
+            if "rnn-params" in both and both.loc[n, "rnn-params"] == both.loc[n, "rnn-params"]:
+                row["speedup_vs_rnn_params"] = both.loc[n, "rnn-params"] / both.loc[n, "transformer"]
+            if None not in (f_tf, f_rnn, r_tf, r_rnn):
+                row.update(flop_ratio=f_tf / f_rnn, flops_per_s_ratio=r_tf / r_rnn)
+            factors.append(row)
+        n_max = both.index.max()
+        r = factors[-1]
+        sub = g[g.method == "forward"]
+        tag = f"{device}_{preset}_n{n_max}"
+        a.numbers[f"speedup_{tag}"] = r["speedup"]
+        cross = crossover(both.index, both["transformer"], both["rnn-width"])
+        where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
+                 f"no crossover in n = {both.index.min()}..{n_max}")
+        sentence = (f"{preset_phrase(preset)}, batch {', '.join(map(str, batch))}, {conditions(sub)}: teacher-forced "
+                    f"forward at n = {n_max} takes {_fmt_time(r['transformer_s'])} (Transformer) and "
+                    f"{_fmt_time(r['rnn_width_s'])} (width-matched RNN): the Transformer is {_times(r['speedup'])} "
+                    f"as fast")
+        if "speedup_vs_rnn_params" in r:
+            a.numbers[f"speedup_vs_rnn_params_{tag}"] = r["speedup_vs_rnn_params"]
+            sentence += f" ({_times(r['speedup_vs_rnn_params'])} against the parameter-matched RNN)"
+        if "flop_ratio" in r:
+            a.numbers[f"flop_ratio_{tag}"], a.numbers[f"flops_per_s_ratio_{tag}"] = r["flop_ratio"], r["flops_per_s_ratio"]
+            sentence += (f"; it does {_times(r['flop_ratio'])} the RNN's matmul FLOPs at {_times(r['flops_per_s_ratio'])} "
+                         f"its FLOP/s (time ratio = FLOP/s ratio ÷ FLOP ratio)")
+        sentences.append(sentence + f"; {where}.")
+    a.tables["factors"] = pd.DataFrame(factors)
     a.tables["exponents"] = pd.DataFrame(fits)
     for f in fits:
-        a.numbers[f"exponent_{f['device']}_{f['method']}_{f['model']}"] = f["exponent"]
-    exps = {f["model"]: f["exponent"] for f in fits if f["method"] == "forward" and f["device"] == "cpu"}
-    if exps:
-        sentences.append("Fitted time exponents in n (forward, cpu): "
-                         + ", ".join(f"{m} {k:.2f}" for m, k in sorted(exps.items())) + ".")
-    a.verdict = " ".join(sentences)
+        a.numbers[f"exponent_{f['device']}_{f['preset']}_{f['method']}_{f['model']}"] = f["exponent"]
+    sentences.extend(_regime_change(a.tables["factors"]))
+    if profiles is not None and not profiles.empty:
+        sentences.extend(_c1_reasons(profiles))
+    a.verdict = " ".join(sentences) + held_phrase(held)
     return a
+
+
+def held_phrase(held: str) -> str:
+    return f" Other axes held{held}." if held else ""
+
+
+def _times(x: float) -> str:
+    return f"{x:.2f}×" if x < 10 else f"{x:.1f}×"
+
+
+def _regime_change(factors: pd.DataFrame) -> list[str]:
+    """Where the winner changes with model size: the same n measured at two presets, one won by each model."""
+    if factors.empty or factors.preset.nunique() < 2:
+        return []
+    out = []
+    for (device, n), g in factors.groupby(["device", "seq_len"]):
+        if g.preset.nunique() < 2:
+            continue
+        wins = {p: s for p, s in zip(g.preset, g.speedup)}
+        tf = [p for p, s in wins.items() if s > 1]
+        rnn = [p for p, s in wins.items() if s < 1]
+        if tf and rnn:
+            out.append(f"The winner changes with model size on {device} at n = {n}: the Transformer wins at "
+                       f"{', '.join(tf)} ({', '.join(_times(wins[p]) for p in tf)}), the RNN at {', '.join(rnn)} "
+                       f"(Transformer {', '.join(_times(wins[p]) for p in rnn)} as fast).")
+        elif len(out) == 0 and n == factors.seq_len.max():
+            out.append(f"On {device} at n = {n} the same model wins at every size measured "
+                       f"({', '.join(f'{p} {_times(s)}' for p, s in wins.items())}).")
+    return out
+
+
+def _c1_reasons(profiles: pd.DataFrame) -> list[str]:
+    """Why, from the profiles of the models' forward: time share of the matmul components, launches, depth."""
+    from . import profiling
+
+    out = []
+    cases = profiling.case_table(profiles)
+    m = cases[(cases.area == "models") & (cases.method == "forward")]
+    for preset, g in m.groupby("preset"):
+        parts = []
+        for _, r in g.sort_values("model").iterrows():
+            parts.append(f"{r.model} spends {r.matmul_share:.0%} of its profiled time in matmul components, "
+                         f"{r.op_launches} operator launches ({r.unprofiled_s / r.op_launches * 1e6:.0f} µs each on "
+                         f"average), sequential depth {r.sequential_depth}")
+        out.append(f"Why, from the profiles ({preset}, n = {int(g.seq_len.max())}, batch {int(g.batch.max())}): "
+                   + "; ".join(parts) + ".")
+    return out
 
 
 def analyse_generation(t: pd.DataFrame) -> Analysis:
@@ -162,7 +266,12 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
         for model in at.index:
             a.numbers[f"parallel_advantage_{device}_{model}_n{n}"] = at.loc[model, "parallel_advantage"]
         parts = [f"{m} {at.loc[m, 'parallel_advantage']:.1f}×" for m in at.index]
-        sentences.append(f"On {device}{held} at n = {n}, teacher-forced tokens/s over greedy-generation tokens/s: "
+        at_rows = fwd[fwd.device == device]
+        preset = at_rows.preset.dropna().unique()
+        sentences.append(f"{', '.join(preset_phrase(p) for p in preset)}, batch "
+                         f"{', '.join(map(str, at_rows.batch.dropna().unique()))}, {conditions(at_rows)}, "
+                         f"{cases.GENERATE_STEPS} generated tokens{held}; at n = {n}, teacher-forced tokens/s over "
+                         f"greedy-generation tokens/s: "
                          + ", ".join(parts) + ".")
         if {"transformer", "rnn-width"} <= set(at.index):
             gen_ratio = at.loc["transformer", "generate_tokens_per_s"] / at.loc["rnn-width", "generate_tokens_per_s"]
@@ -192,10 +301,20 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
         a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
         a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
     best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
-    a.verdict = (f"On {p} threads, speed-ups over 1 thread: "
+    a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
                  + f". {best} scales best, {worst} worst.")
     return a
+
+
+def _workloads(names) -> str:
+    """What each thread-scaling workload is (a fixed case of another area)."""
+    parts = []
+    for w in names:
+        area, p = cases.THREAD_WORKLOADS.get(w, (None, {}))
+        shown = {k: v for k, v in p.items() if k not in ("device", "dtype", "causal", "out_proj")}
+        parts.append(f"{w} ({', '.join(f'{k} {v}' for k, v in shown.items())})")
+    return "Workloads, float32 on the CPU: " + "; ".join(parts)
 
 
 # -- C2: efficiency -------------------------------------------------------------------------------
@@ -224,7 +343,8 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
             a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
             parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
                          f"{curves[backend].idxmax()}")
-        sentences.append(f"On {device}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s, float32): " + "; ".join(parts) + ".")
+        sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
+                         f"{conditions(d)}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s): " + "; ".join(parts) + ".")
     a.verdict = " ".join(sentences)
     return a
 
@@ -241,7 +361,7 @@ def score_bytes(heads: int, dtype_bytes: int = 4) -> int:
     return s["batch"] * heads * s["seq_len"] ** 2 * dtype_bytes
 
 
-def analyse_heads(t: pd.DataFrame) -> Analysis:
+def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
     """C3/C4: one large attention vs many small heads at fixed d_model: FLOPs, memory and time vs h."""
     flops_rows = _ok(t, "multihead", "matmul_flops")
     times = _ok(t, "multihead", "time")
@@ -268,8 +388,10 @@ def analyse_heads(t: pd.DataFrame) -> Analysis:
     for s, r in spreads.items():
         a.numbers[f"time_ratio_h{h_hi}_over_h{h_lo}_{s}"] = r
     same = "holds" if flat < 1.0 + 1e-9 else "does not hold"
-    sentences = [f"Matmul FLOPs vs h: max/min = {flat:.4f} over h = {h_lo}..{h_hi}, so “same FLOPs” {same} for the "
-                 f"matmuls."]
+    s = cases.MULTIHEAD_SHAPE
+    sentences = [f"Multi-head attention at batch {s['batch']}, n = {s['seq_len']}, d_model {s['d_model']}, "
+                 f"{conditions(tt, n=False)}. Matmul FLOPs vs h: max/min = {flat:.4f} over h = {h_lo}..{h_hi}, so "
+                 f"“same FLOPs” {same} for the matmuls."]
     if "other_flops" in work:
         sentences.append(f"Non-matmul work grows {work.other_flops.max() / work.other_flops.min():.1f}× and the "
                          f"score matrix {work.score_bytes.max() / work.score_bytes.min():.0f}× "
@@ -292,6 +414,13 @@ def analyse_heads(t: pd.DataFrame) -> Analysis:
         least = min(spreads, key=lambda k: abs(math.log(spreads[k])))
         a.numbers["least_changing_strategy_ratio"] = spreads[least]
         sentences.append(f"The strategy whose time changes least with h is {least} ({spreads[least]:.2f}×).")
+    if profiles is not None and not profiles.empty:
+        from . import profiling
+
+        explained, by_component = profiling.heads_explained(profiles)
+        if explained:
+            a.tables["components_vs_heads"] = by_component
+            sentences.append("Component by component, from the profiles: " + " ".join(explained))
     wo = times[(times.device == device) & (times.strategy == "batched")]
     if wo.out_proj.nunique() == 2:
         w = wo.groupby(["heads", "out_proj"]).value.median().unstack("out_proj")
@@ -350,7 +479,8 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
     ex = a.tables["exponents"].set_index(["metric", "layer"])
     if ("time", "self-attention") in ex.index and ("time", "recurrent") in ex.index:
         sentences.append(
-            f"On {device}, time grows as n^{ex.loc[('time', 'self-attention'), 'exponent_n']:.2f} for self-attention "
+            f"A self-attention layer ({cases.LAYER_HEADS} heads, fused SDPA, with projections) against a GRU layer, "
+            f"batch {cases.LAYER_BATCH}, {conditions(times, n=False)}; time grows as n^{ex.loc[('time', 'self-attention'), 'exponent_n']:.2f} for self-attention "
             f"(FLOPs n^{ex.loc[('matmul_flops', 'self-attention'), 'exponent_n']:.2f}) and as "
             f"n^{ex.loc[('time', 'recurrent'), 'exponent_n']:.2f} for the recurrent layer "
             f"(FLOPs n^{ex.loc[('matmul_flops', 'recurrent'), 'exponent_n']:.2f}).")
@@ -434,18 +564,26 @@ def noise(t: pd.DataFrame) -> pd.DataFrame:
         ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
 
 
-ANALYSES = (analyse_sequence_length, analyse_generation, analyse_threads, analyse_roofline, analyse_heads,
-            analyse_table1)
+def analyses_in_order():
+    """Every per-machine analysis, in the report's order; those marked True also read the profiles."""
+    from . import depth, profiling, softmax_scale
+
+    return [(analyse_sequence_length, True), (analyse_generation, False), (depth.analyse_depth, False),
+            (analyse_threads, False), (analyse_roofline, False), (analyse_heads, True),
+            (lambda t: softmax_scale.analyse_softmax_scaling(), False), (analyse_table1, False),
+            (lambda t, p: profiling.analyse_profiles(p), True)]
 
 
-def run_all(t: pd.DataFrame, machine: str | None = None) -> list[Analysis]:
-    """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison."""
+def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None) -> list[Analysis]:
+    """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison.
+    ``profiles`` is ``reports.profiling.table`` of that machine's profile records (empty: none)."""
     machines = list(dict.fromkeys(t.machine.dropna()))
     if machine is not None and machine not in machines:
         raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
     one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
-    return [f(one) for f in ANALYSES] + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines])
-                                                           if machines else t)]
+    profiles = pd.DataFrame() if profiles is None else profiles
+    out = [f(one, profiles) if with_profiles else f(one) for f, with_profiles in analyses_in_order()]
+    return out + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]
 
 
 def latest(t: pd.DataFrame) -> pd.DataFrame:

@@ -67,9 +67,30 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
     if table.empty:
         return None
     if a.key == "c1_length" and name.startswith("time_"):
-        _, device, method = name.split("_", 2)
+        _, device, preset, method = name.split("_", 3)
         return _lines(table, "sequence length n (tokens)", "time per call (ms)",
-                      f"{method.replace('_', ' ')} time vs sequence length on {device}", 1e3)
+                      f"{method.replace('_', ' ')} time vs n, {preset} on {device}", 1e3)
+    if a.key == "c1_depth" and name.startswith("depth_"):
+        slopes = a.tables.get("slopes", pd.DataFrame())
+        fig, ax = plt.subplots(figsize=SIZE)
+        preset = name.removeprefix("depth_")
+        for (model, mode) in table.columns:
+            s = table[(model, mode)].dropna()
+            fit = slopes[(slopes.preset == preset) & (slopes.model == model) & (slopes["mode"] == mode)]
+            slope = f", {fit.slope_ops_per_token.iloc[0]:.1f}/token" if len(fit) else ""
+            ax.plot(s.index, s.values, marker="o", linestyle="-" if model == "transformer" else "--",
+                    label=f"{model} {mode.replace('_', ' ')}{slope}")
+        return _finish(fig, ax, "sequence length n (tokens; generation: n new tokens)",
+                       "operators on the critical path", f"Sequential depth, {preset}", legend_size=7)
+    if a.key == "c5_scaling" and name.startswith("softmax_"):
+        metric = name.removeprefix("softmax_")
+        labels = {"max_probability": "mean largest probability", "entropy_nats": "mean entropy (nats)",
+                  "jacobian_norm": "mean ‖softmax Jacobian‖_F"}
+        fig = _lines(table, "d_k", labels.get(metric, metric), f"Softmax of q·k with and without 1/sqrt(d_k)")
+        fig.axes[0].set_xscale("log", base=2)
+        return fig
+    if a.key == "profiling" and name.startswith("shares_"):
+        return _stacked_shares(table, f"Time share per component: {name.removeprefix('shares_')}")
     if a.key == "c1_generation" and name == "throughput":
         fig, ax = plt.subplots(figsize=SIZE)
         for (device, model), g in table.groupby(["device", "model"]):
@@ -123,6 +144,49 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
         fig.tight_layout()
         return fig
     return None
+
+
+def _stacked_shares(table: pd.DataFrame, title: str):
+    """One horizontal bar per profiled case, its components stacked by share of the call's time."""
+    order = table.sum().sort_values(ascending=False).index
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(table) + 1.8))
+    left = np.zeros(len(table))
+    colors = plt.get_cmap("tab20")
+    for i, comp in enumerate(order):
+        values = table[comp].to_numpy()
+        ax.barh(range(len(table)), values, left=left, color=colors(i % 20), label=comp)
+        left += values
+    ax.set_yticks(range(len(table)), table.index, fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the profiled call's time")
+    ax.set_title(title)
+    ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(table) < 4 else -0.12))
+    fig.tight_layout()
+    return fig
+
+
+def memory_figure(profile: dict):
+    """Bytes allocated during one profiled call over time, and what holds them at the peak."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 2]})
+    timeline = np.asarray(profile["memory_timeline"] or [[0.0, 0]], float)
+    ax.step(timeline[:, 0] * 1e3, timeline[:, 1] / 2**20, where="post")
+    ax.set_xlabel("time in the call (ms)")
+    ax.set_ylabel("allocated since the call began (MiB)")
+    ax.set_title(f"peak {profile['peak_bytes'] / 2**20:.1f} MiB")
+    ax.grid(True, alpha=0.3)
+    held = sorted(profile["memory_by_component"].items(), key=lambda kv: kv[1])
+    bx.barh([k for k, _ in held], [v / 2**20 for _, v in held])
+    bx.set_xlabel("MiB held at the peak")
+    bx.set_title("what holds it (allocating component)")
+    bx.tick_params(axis="y", labelsize=8)
+    fig.suptitle(_case_title(profile), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _case_title(profile: dict) -> str:
+    params = ", ".join(f"{k} {v}" for k, v in profile["params"].items() if k != "device")
+    return f"{profile['area']} {profile['method']} ({params}) on {profile['device']}"
 
 
 def save(figures, folder: str) -> list[dict]:

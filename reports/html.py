@@ -12,7 +12,7 @@ import os
 import jinja2
 import pandas as pd
 
-from . import analyses, figures
+from . import analyses, claims, figures, profiling
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
@@ -21,10 +21,19 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 TABLE_UNITS = {"time": "seconds per call (median)", "wo": "seconds per call (median); W_O cost = with/without",
                "achieved": "matmul FLOP/s", "speedup": "× over one thread", "efficiency": "speed-up / threads",
                "work": "FLOPs per call; score matrix in bytes", "exponents": "fitted power-law exponents",
-               "crossover": "sequence length n (tokens)", "throughput": "tokens/s"}
+               "crossover": "sequence length n (tokens)", "throughput": "tokens/s",
+               "factors": "time ratio = FLOP/s ratio ÷ FLOP ratio (Transformer over width-matched RNN)",
+               "components": "seconds per call per component; memory held at the peak in bytes"}
 
 
 def _caption(analysis_key: str, name: str) -> str:
+    if analysis_key == "profiling":
+        return {"checks": "seconds; overhead = profiled/unprofiled − 1; peak in bytes",
+                "links": "files under the report folder"}.get(name, "share of the profiled call's time")
+    if analysis_key == "c1_depth":
+        return "operators (sequential depth or launches); slopes in operators per token"
+    if analysis_key == "c5_scaling":
+        return "mean over 256 rows of 64 keys"
     if analysis_key == "hardware":
         return {"speedup": "× relative to the baseline machine", "times": "seconds per call (median)"}.get(name, "")
     return TABLE_UNITS.get(name.split("_")[0], "")
@@ -60,12 +69,43 @@ def _axes(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["area", "axis"])
 
 
-def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None) -> str:
-    """Write the report for ``table`` into folder ``out``; returns the path of index.html."""
+def _copy_profiles(records: list[dict], out: str) -> None:
+    """Each profile's trace and memory figure into ``out/profiles/<case>/``, so that the report's relative
+    links work wherever the report folder is copied."""
+    import shutil
+
+    for r in records:
+        dest = os.path.join(out, r["folder"])
+        os.makedirs(dest, exist_ok=True)
+        for name in (r["trace"], r["memory_figure"]):
+            src = os.path.join(r["root"], r["folder"], name)
+            if os.path.exists(src):
+                shutil.copyfile(src, os.path.join(dest, name))
+
+
+def _profile_links(records: list[dict], out: str) -> list[dict]:
+    links = []
+    for r in records:
+        params = ", ".join(f"{k} {v}" for k, v in r["params"].items() if k != "device")
+        item = {"case": f"{r['area']} {r['method']}: {params} ({r['device']})", "overhead": r["overhead"],
+                "depth": r["sequential_depth"], "launches": r["op_launches"]}
+        for key in ("trace", "memory_figure"):
+            path = os.path.join(r["folder"], r[key])
+            item[key] = path if os.path.exists(os.path.join(out, path)) else None
+        links.append(item)
+    return links
+
+
+def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
+          profiles: list[dict] | None = None) -> str:
+    """Write the report for ``table`` into folder ``out``; returns the path of index.html. ``profiles``:
+    profile records (``benchmarks.profile.load``, each with the ``root`` folder it was read from)."""
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
     os.makedirs(out, exist_ok=True)
-    results = analyses.run_all(table, machine)
+    profiles = profiles or []
+    _copy_profiles(profiles, out)
+    results = analyses.run_all(table, machine, profiling.table(profiles))
     sections = []
     for a in results:
         saved = figures.save(figures.figures_for(a), out)
@@ -86,7 +126,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed")},
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
-        axes_table=_html(_axes(table)),
+        axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
     path = os.path.join(out, "index.html")

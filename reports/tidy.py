@@ -26,8 +26,11 @@ UNITS = {
     "achieved_flops_per_s": "FLOP/s", "fraction_of_peak": "fraction", "tokens_per_s": "token/s",
     "gemm_peak_flops_per_s": "FLOP/s", "gpu_peak_memory_bytes": "bytes", "gpu_power_w": "W",
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
-    "energy_per_token_j": "J/token",
+    "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
+    "counted_matmul_flops": "FLOP",
 }
+#: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
+GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {"threads"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
@@ -87,9 +90,11 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
     if rec.get("threads") is not None:
         common["threads"] = rec["threads"]
     if rec["status"] != "ok":
-        return [{**common, "metric": "time", "unit": "s", "value": float("nan")}]
-    rows = [{**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
-             "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"]}]
+        metric = "sequential_depth" if rec["method"] == "graph" else "time"
+        return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]
+    rows = [] if "time_median_s" not in rec else [
+        {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
+         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"]}]
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
             rows.append({**common, "metric": metric, "unit": unit, "value": rec[metric]})
@@ -127,6 +132,8 @@ def asv_method_metric(name: str) -> tuple[str, str]:
     if kind == "track":
         if rest == "gemm_peak_flops_per_s":
             return "matmul", rest
+        if rest in GRAPH_METRICS:
+            return "graph", rest
         method, _, metric = rest.partition("_")
         if method in ("generate", "train") and metric in UNITS:
             return ("train_step" if method == "train" else method), metric
@@ -180,7 +187,7 @@ def from_asv(results_dir: str) -> pd.DataFrame:
                     if row["q25"] is not None and row["q75"] is not None:
                         row["iqr"] = row["q75"] - row["q25"]
                 rows.append(row)
-                if metric == "time" and ok and row["area"] in cases.METHODS:
+                if metric == "time" and ok and row["area"] in cases.METHODS and method != "graph":
                     # asv records no throughput; tokens per call follow from the parameters
                     rows.append({**row, "metric": "tokens_per_s", "unit": UNITS["tokens_per_s"], "q25": None,
                                  "q75": None, "iqr": None, "value": cases.tokens(row["area"], p, method) / value})
@@ -215,3 +222,20 @@ def load(paths: Iterable[str]) -> pd.DataFrame:
     if not frames:
         raise ValueError("no results given: pass runner output folders or asv results folders")
     return pd.concat(frames, ignore_index=True)
+
+
+def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
+    """The profile records (``benchmarks.profile``) in runner folders among ``paths``, of ``machine`` (every
+    machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
+    from benchmarks import profile
+
+    out = []
+    for path in paths:
+        meta = os.path.join(path, "machine.json")
+        if not os.path.exists(meta):
+            continue
+        saved = _read(meta)
+        name = saved.get("name") or saved["machine"]["hostname"]
+        if machine is None or name == machine:
+            out.extend({**r, "root": path, "machine": name} for r in profile.load(path))
+    return out

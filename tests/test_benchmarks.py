@@ -17,6 +17,8 @@ CLASSES = [c for m in MODULES for n, c in vars(m).items() if inspect.isclass(c) 
            and c.__module__ == m.__name__ and hasattr(c, "area")]
 GPU_TRACKS = ("track_gpu_", "track_energy_")
 CLASS_BY_AREA = {c.area: c for c in CLASSES}
+GRAPH_AREAS = {a for a, methods in cases.METHODS.items() if methods == ("graph",)}
+CASE_CLASSES = [c for c in CLASSES if c.area not in GRAPH_AREAS]
 PREFIXES = ("time_", "peakmem_", "track_")
 
 
@@ -29,7 +31,7 @@ def cpu_params(cls):
 @pytest.fixture(scope="module")
 def peaks():
     """What asv's setup_cache hands every method: this machine's GEMM peaks."""
-    return CLASSES[0]().setup_cache()
+    return CASE_CLASSES[0]().setup_cache()
 
 
 def test_every_module_has_a_benchmark_class_per_area():
@@ -38,7 +40,7 @@ def test_every_module_has_a_benchmark_class_per_area():
         assert cls.param_names == list(cases.axes(cls.area))
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CASE_CLASSES, ids=lambda c: c.__name__)
 def test_setup_and_every_benchmark_body_run(cls, peaks):
     params, names = cpu_params(cls), cls.param_names
     methods = [n for n in dir(cls) if n.startswith(PREFIXES)]
@@ -138,3 +140,15 @@ def test_tokens_from_parameters_match_the_built_case(area):
             assert cases.tokens(area, p, method) == case.work(method)[2], (area, p, method)
     with pytest.raises(ValueError, match="unknown area 'rnn'"):
         cases.tokens("rnn", {})
+
+
+def test_depth_benchmark_tracks_the_recorded_graph():
+    from benchmarks import measure
+
+    cls = CLASS_BY_AREA["depth"]
+    for p in cpu_params(cls):
+        bench, values = cls(), [p[n] for n in cls.param_names]
+        bench.setup(*values)
+        expected = measure.graph_metrics(cases.build("depth", p))
+        assert bench.track_sequential_depth(*values) == expected["sequential_depth"] > 0
+        assert bench.track_op_launches(*values) == expected["op_launches"] >= expected["sequential_depth"]

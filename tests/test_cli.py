@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from benchmarks import machine
+from benchmarks import cases, machine
 from reports.__main__ import main
 
 
@@ -18,13 +18,15 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     run, report = str(tmp_path / "run"), str(tmp_path / "report")
     assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
                  "--min-run-time", "0.01", "--no-progress"]) == 0
+    assert len(os.listdir(os.path.join(run, "profiles"))) == len(cases.profile_set("quick"))  # profiled too
     index = capsys.readouterr().out.strip().splitlines()[-1]
     assert index == os.path.abspath(os.path.join(report, "index.html")) and os.path.exists(index)
     assert os.path.exists(os.path.join(report, "results.csv"))
 
     again = str(tmp_path / "again")
     assert main(["build", run, "--report", again]) == 0
-    assert open(os.path.join(again, "index.html")).read().count("<section") == 12
+    page = open(os.path.join(again, "index.html")).read()
+    assert page.count("<section") == 16 and "trace.json.gz" in page
 
     assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
     table = pd.read_csv(tmp_path / "t.csv")
@@ -40,3 +42,15 @@ def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--grid", "huge"])
     assert "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
+    from reports import claims
+
+    assert main(["claims"]) == 0
+    page = capsys.readouterr().out
+    assert page == claims.markdown()
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "CLAIMS.md")) as f:
+        assert f.read() == page, "docs/CLAIMS.md is stale: python -m reports claims > docs/CLAIMS.md"
+    for c in claims.CLAIMS:
+        assert c.claim in page

@@ -5,11 +5,12 @@ loaded and every section present; a screenshot is kept in artifacts/ (ATTENTION_
 fails instead of skipping."""
 
 import os
+import re
 import shutil
 
 import pytest
 
-from benchmarks import machine, runner
+from benchmarks import machine, profile, runner
 from reports import analyses, html, tidy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -26,14 +27,16 @@ def report(tmp_path_factory):
     mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
     try:
         runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
+        profile.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
     finally:
         mp.undo()
-    return html.build(tidy.load([str(tmp / "run")]), str(tmp / "report"))
+    run = str(tmp / "run")
+    return html.build(tidy.load([run]), str(tmp / "report"), profiles=tidy.load_profiles([run]))
 
 
 def section_keys(report):
     table = tidy.load([os.path.join(os.path.dirname(report), "..", "run")])
-    return ["summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "machine", "history"]
+    return ["claims", "summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "machine", "history"]
 
 
 def test_report_folder_is_self_contained(report):
@@ -46,6 +49,14 @@ def test_report_folder_is_self_contained(report):
     assert "http://" not in page and "https://" not in page  # nothing fetched from elsewhere
     assert "No GPU results" in page or "no GPU results" in page  # missing parts say so
     assert "python -m reports build" in page  # a single machine says how to add another
+    # every relative link (traces, memory figures, results.csv) points at a file inside the report folder
+    links = re.findall(r'href="([^"#:]+)"', page)
+    assert any(link.endswith("trace.json.gz") for link in links)
+    missing = [link for link in links if not os.path.exists(os.path.join(folder, link))
+               and not link.startswith("..")]  # asv's site lives next to the report, not in it
+    assert not missing, missing
+    for claim in ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "Table 1"):
+        assert f">{claim}<" in page
 
 
 @pytest.mark.skipif(not CHROMIUM and os.environ.get("ATTENTION_BENCH_REQUIRE_BROWSER") != "1",

@@ -1,6 +1,6 @@
 """An exact analytic FLOP model of every module in this package, and a counter to check it against.
 
-Conventions (the field's, see REFERENCE.md): a multiply-add is 2 FLOPs; a matmul (m x k)(k x n) is
+Conventions (the field's: FlashAttention, TorchBench, Kaplan et al. 2020): a multiply-add is 2 FLOPs; a matmul (m x k)(k x n) is
 2*m*n*k. Every function returns a ``Flops`` with a ``forward`` and a ``backward`` ``Breakdown``, each
 keeping matmul FLOPs (per component: projections, scores, weights*V, FFN, GRU gates, ...) apart from
 the elementwise rest (softmax, masking, LayerNorm, residuals, biases, ...).

@@ -201,7 +201,8 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, key_padding_mask)
-        return self.norm(x)
+        with record_function("final_norm"):
+            return self.norm(x)
 
 
 class Decoder(nn.Module):
@@ -214,10 +215,12 @@ class Decoder(nn.Module):
     def forward(self, y, memory, tgt_key_padding_mask=None, memory_key_padding_mask=None) -> torch.Tensor:
         for layer in self.layers:
             y = layer(y, memory, tgt_key_padding_mask, memory_key_padding_mask)
-        return self.norm(y)
+        with record_function("final_norm"):
+            return self.norm(y)
 
     def step(self, y, memory_kvs, caches, memory_mask=None) -> torch.Tensor:
         """One new position through every layer, with per-layer caches (see DecoderLayer.step)."""
         for layer, kv, cache in zip(self.layers, memory_kvs, caches):
             y = layer.step(y, kv, cache, memory_mask)
-        return self.norm(y)
+        with record_function("final_norm"):
+            return self.norm(y)

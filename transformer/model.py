@@ -137,7 +137,10 @@ class Transformer(nn.Module):
     def forward(self, src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None) -> torch.Tensor:
         """Next-token logits (batch, n_tgt, tgt_vocab) for every target position at once (teacher forcing)."""
         memory = self.encode(src, src_key_padding_mask)
-        hidden = self.decode(tgt, memory, src_key_padding_mask, tgt_key_padding_mask)
+        return self.logits(self.decode(tgt, memory, src_key_padding_mask, tgt_key_padding_mask))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The generator: the final linear map to next-token logits (section 3.4)."""
         with record_function("generator"):
             return self.generator(hidden)
 
@@ -171,11 +174,11 @@ class Transformer(nn.Module):
             step = self._cached_stepper(memory, src_key_padding_mask)
 
             def next_logits(ys, t):
-                return self.generator(step(ys[:, -1:], t))
+                return self.logits(step(ys[:, -1:], t))
         else:
 
             def next_logits(ys, t):
-                return self.generator(self.decode(ys, memory, src_key_padding_mask)[:, -1])
+                return self.logits(self.decode(ys, memory, src_key_padding_mask)[:, -1])
 
         return greedy_decode(next_logits, src.shape[0], max_new_tokens, bos_id, eos_id, self.config.tgt_vocab, src.device)
 

@@ -157,7 +157,8 @@ class RNNAttention(nn.Module):
         each sentence's own last token.
         """
         check_tokens("src", src, self.config.src_vocab)
-        x = self.src_embed(src)
+        with record_function("embedding"):
+            x = self.src_embed(src)
         with record_function("encoder.bigru"):
             if src_key_padding_mask is None:
                 return self.encoder(x)[0]
@@ -176,7 +177,8 @@ class RNNAttention(nn.Module):
         if tgt.shape[0] != annotations.shape[0]:
             raise ValueError(f"tgt has batch size {tgt.shape[0]} but src has {annotations.shape[0]}")
         step = self._stepper(annotations, src_key_padding_mask)
-        y = self.tgt_embed(tgt)
+        with record_function("embedding"):
+            y = self.tgt_embed(tgt)
         states, contexts, alphas = zip(*(step(y[:, i]) for i in range(tgt.shape[1])))
         logits = self._output(torch.stack(states, 1), torch.stack(contexts, 1), y)
         return (logits, torch.stack(alphas, 1)) if return_attention else logits
@@ -188,7 +190,8 @@ class RNNAttention(nn.Module):
         step = self._stepper(self.encode(src, src_key_padding_mask), src_key_padding_mask)
 
         def next_logits(ys, t):
-            y = self.tgt_embed(ys[:, -1])
+            with record_function("embedding"):
+                y = self.tgt_embed(ys[:, -1])
             s, c, _ = step(y)
             return self._output(s, c, y)
 

@@ -1,0 +1,147 @@
+"""The graph of aten operators a call actually executed: sequential depth, launches and FLOPs per label.
+
+``record(fn)`` runs ``fn`` under a ``TorchDispatchMode`` that sees every aten operator after autograd
+and decomposition (what runs, forward and backward), and for each one notes:
+
+- its **depth**: one more than the deepest of its tensor inputs (inputs made before the call have
+  depth 0). The depth of the call is the number of operators on its critical path: the work that
+  must run one after another however many cores or GPUs there are (claim C1, Table 1's "sequential
+  operations"). It is measured on the executed graph, not derived from the code or a formula.
+- whether it is a **launch**: an operator that computes. View operators (``transpose``, ``view``,
+  ``chunk``, ...) alias their input and launch nothing: they add no depth and are not counted.
+- its **matmul FLOPs**, from torch.utils.flop_counter's own formulas (the ones FlopCounterMode uses;
+  see ``transformer.flops.count``), and the ``record_function`` labels around it, so that FLOPs can be
+  summed per model component.
+
+Depth is tracked per storage: an in-place write (``copy_``, ``masked_fill_``) raises the depth of the
+storage it writes, and views share their base's depth. Labels come from the ``record_function``
+enter/exit operators, which pass through the same dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+#: operators that move no data and compute nothing, beyond the aliasing views (func.is_view)
+#: (``_unsafe_view`` is a view whose schema does not say so)
+_FREE = {"aten.detach.default", "aten.lift_fresh.default", "aten._unsafe_view.default"}
+
+
+@dataclass
+class Op:
+    """One executed operator: its name, the labels around it (outermost first), depth and matmul FLOPs."""
+
+    name: str
+    labels: tuple[str, ...]
+    depth: int
+    flops: int
+
+
+@dataclass
+class OpGraph:
+    """What ``record`` saw: the launched operators in execution order."""
+
+    ops: list[Op] = field(default_factory=list)
+
+    @property
+    def depth(self) -> int:
+        """Operators on the critical path (the longest chain of dependent launches)."""
+        return max((op.depth for op in self.ops), default=0)
+
+    @property
+    def launches(self) -> int:
+        """Operators launched (views excluded)."""
+        return len(self.ops)
+
+    @property
+    def matmul_flops(self) -> int:
+        return sum(op.flops for op in self.ops)
+
+    def flops_by(self, key: Callable[[tuple[str, ...]], str]) -> dict[str, int]:
+        """Matmul FLOPs summed by ``key(labels)``, e.g. the innermost label."""
+        out: Counter = Counter()
+        for op in self.ops:
+            if op.flops:
+                out[key(op.labels)] += op.flops
+        return dict(out)
+
+    def launches_by(self, key: Callable[[tuple[str, ...]], str]) -> dict[str, int]:
+        return dict(Counter(key(op.labels) for op in self.ops))
+
+
+def innermost(labels: tuple[str, ...]) -> str | None:
+    return labels[-1] if labels else None
+
+
+def _flop_formula(func) -> Callable | None:
+    from torch.utils.flop_counter import flop_registry
+
+    from transformer.flops import _register_cpu_sdpa_formulas
+
+    _register_cpu_sdpa_formulas()
+    return flop_registry.get(func._overloadpacket)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.graph = OpGraph()
+        self.depth: dict[int, int] = {}  # storage address -> depth of its latest write
+        self.labels: list[str] = []  # the record_function labels open now, outermost first
+        self.formulas: dict = {}
+
+    def _key(self, t: torch.Tensor) -> int | None:
+        if t.device.type == "meta" or t.numel() == 0:
+            return None
+        return t.untyped_storage().data_ptr()
+
+    def _depth_of(self, tensors) -> int:
+        best = 0
+        for t in tensors:
+            key = self._key(t)
+            if key is not None:
+                best = max(best, self.depth.get(key, 0))
+        return best
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func)
+        if func.namespace == "profiler":
+            out = func(*args, **kwargs)
+            if "enter" in name:
+                self.labels.append(args[0])
+            elif "exit" in name and self.labels:  # record_function scopes nest: the innermost exits first
+                self.labels.pop()
+            return out
+        out = func(*args, **kwargs)
+        if func.is_view or name in _FREE:
+            return out
+        flat_in = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        depth = self._depth_of(flat_in) + 1
+        written = [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
+        for t in written:
+            key = self._key(t)
+            if key is not None:
+                self.depth[key] = depth
+        if func not in self.formulas:
+            self.formulas[func] = _flop_formula(func)
+        formula, flops = self.formulas[func], 0
+        if formula is not None:
+            flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops))
+        return out
+
+
+def record(fn: Callable[[], Any]) -> OpGraph:
+    """Run ``fn()`` once and return the graph of operators it executed (forward and any backward)."""
+    recorder = _Recorder()
+    with recorder:
+        fn()
+    return recorder.graph

@@ -1,0 +1,87 @@
+"""The operator breakdown: components partition the profiled call, add up to the unprofiled one, carry the
+analytic FLOPs exactly; traces hold the model's labels; memory names what holds the peak; bad input is a
+clear error."""
+
+import gzip
+import json
+import os
+
+import pytest
+
+from benchmarks import cases, opgraph, profile
+
+MODEL_CASES = [("models", {"model": m, "preset": "tiny", "seq_len": 6, "batch": 2, "device": "cpu"}, method)
+               for m in ("transformer", "rnn-width", "rnn-params") for method in cases.METHODS["models"]]
+OTHER_CASES = ([("multihead", {"heads": 4, "strategy": s, "out_proj": o, "device": "cpu"}, method)
+                for s in ("batched", "looped", "sdpa") for o in (True, False) for method in ("forward", "train_step")]
+               + [("attention", {"seq_len": 128, "d_head": 64, "backend": b, "causal": c, "dtype": "float32",
+                                 "device": "cpu"}, "forward") for b in ("math", "sdpa") for c in (False, True)]
+               + [("layers", {"layer": l, "seq_len": 32, "d_model": 64, "device": "cpu"}, "forward")
+                  for l in ("self-attention", "recurrent")])
+
+
+@pytest.mark.parametrize("area, params, method", MODEL_CASES + OTHER_CASES,
+                         ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def test_component_matmul_flops_equal_the_analytic_model_exactly(area, params, method):
+    case = cases.build(area, params)
+    graph = opgraph.record(case.work(method)[0])
+    counted = graph.flops_by(profile.component)
+    analytic = profile.analytic_by_component(case, method, profile._fused(graph))
+    assert counted == analytic
+    assert profile.UNLABELLED not in counted and profile.GLUE not in counted  # every matmul has its component
+
+
+@pytest.fixture(scope="module")
+def math_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profiles")
+    params = {"seq_len": 512, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32", "device": "cpu"}
+    return profile.profile_case("attention", params, "forward", str(out), cycles=7), out
+
+
+def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one(math_profile):
+    r, _ = math_profile
+    assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profile.SUM_TOLERANCE)
+    assert r["sum_over_unprofiled"] == pytest.approx(1.0, abs=profile.SUM_TOLERANCE) and r["sum_within_tolerance"]
+    assert r["overhead"] == pytest.approx(r["profiled_s"] / r["unprofiled_s"] - 1)
+    shares = {c["component"]: c["share"] for c in r["components"]}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert {"scores Q·Kᵀ", "softmax", "weights·V"} <= set(shares)
+    assert r["flops_match_analytic"] and r["sequential_depth"] >= 3
+
+
+def test_the_trace_is_gzipped_chrome_json_with_the_models_labels(math_profile):
+    r, out = math_profile
+    folder = os.path.join(out, "profiles", os.listdir(os.path.join(out, "profiles"))[0])
+    with gzip.open(os.path.join(folder, r["trace"])) as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {"attention.scores", "attention.softmax", "attention.weights_v"} <= names
+    assert os.path.getsize(os.path.join(folder, r["memory_figure"])) > 1000
+    assert profile.load(str(out))[0]["sequential_depth"] == r["sequential_depth"]
+
+
+def test_memory_at_the_peak_is_held_by_the_score_matrices(math_profile):
+    r, _ = math_profile
+    batch = cases.tokens("attention", {"seq_len": 512, "device": "cpu"}) // 512
+    scores = batch * 8 * 512 * 512 * 4  # the (batch, h, n, n) float32 scores, then the weights
+    assert r["peak_bytes"] >= 2 * scores
+    held = r["memory_by_component"]
+    assert held.get("scores Q·Kᵀ", 0) >= scores and held.get("softmax", 0) >= scores
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--area", "nope"], "unknown area 'nope'; allowed: attention"),
+    (["--area", "models", "--model", "lstm"], "--model 'lstm' is not on any grid; allowed: transformer"),
+    (["--area", "models", "--preset", "huge"], "--preset 'huge' is not on any grid; allowed: tiny, paper-base"),
+    (["--area", "models", "--seq-len", "0"], "--seq-len must be positive, got 0"),
+    (["--area", "models", "--seq-len", "-3"], "--seq-len must be positive, got -3"),
+    (["--area", "models", "--seq-len", "100"], "--seq-len '100' is not on any grid; allowed: "),
+    (["--area", "models", "--seq-len", "ten"], "--seq-len 'ten' is not an integer"),
+    (["--area", "attention", "--heads", "8"], "area 'attention' has no axis --heads"),
+    (["--area", "multihead", "--method", "generate"], "area 'multihead' has no method 'generate'"),
+    (["--set", "everything"], "unknown set 'everything'; allowed: quick, default"),
+    ([], "give --set NAME or --area AREA"),
+])
+def test_bad_input_is_a_clear_error(argv, message, capsys, tmp_path):
+    assert profile.main(argv + ["--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(tmp_path, "profiles"))  # nothing half-written
