@@ -77,7 +77,7 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
                  f"Component matmul FLOPs equal the analytic model in {match} of {len(cases)}; the components sum "
                  f"to within {SUM_TOLERANCE:.0%} of the unprofiled call in {within} of {len(cases)}. The profiler's "
                  f"overhead is {cases.overhead.median():+.0%} at the median and {worst.overhead:+.0%} at worst "
-                 f"({worst.label}, {worst.op_launches} launches): many small operators pay the most of it."]
+                 f"({worst.label}, {worst.op_launches} launches); a component's time includes its share of it."]
     for _, r in cases.iterrows():
         comps = t[t.case == r.case].sort_values("share", ascending=False)
         top = ", ".join(f"{c.component} {c.share:.0%}" for c in comps.head(3).itertuples())
