@@ -76,10 +76,6 @@ class OpGraph:
         return dict(Counter(key(op.labels) for op in self.ops))
 
 
-def innermost(labels: tuple[str, ...]) -> str | None:
-    return labels[-1] if labels else None
-
-
 def _flop_formula(func) -> Callable | None:
     from torch.utils.flop_counter import flop_registry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from benchmarks.profile import MATMUL_COMPONENTS, SUM_TOLERANCE
+from benchmarks.profile import SUM_TOLERANCE
 
 from .analyses import Analysis
 
@@ -124,7 +124,3 @@ def heads_explained(t: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
 
 def _ms(s: float) -> str:
     return f"{s * 1e3:.3g} ms"
-
-
-def matmul_components() -> set[str]:
-    return set(MATMUL_COMPONENTS)
