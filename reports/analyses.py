@@ -28,6 +28,8 @@ class Analysis:
     numbers: dict[str, float] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    #: what the numbers were computed on (size, batch, device, threads, dtype), shown under every figure
+    conditions: str = ""
 
     def without(self, missing: str, verdict: str) -> Analysis:
         """This analysis when its data is missing: say so in the verdict and in ``missing``."""
@@ -196,6 +198,7 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     if profiles is not None and not profiles.empty:
         sentences.extend(_c1_reasons(profiles))
     a.verdict = " ".join(sentences) + held_phrase(held)
+    a.conditions = f"batch {', '.join(map(str, batch))}, {conditions(rows, n=False)}"
     return a
 
 
@@ -281,6 +284,8 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
             sentences.append(f"Transformer/RNN throughput is {fwd_ratio:.2f}× teacher-forced but {gen_ratio:.2f}× "
                              f"in generation, where both models decode one token at a time.")
     a.verdict = " ".join(sentences)
+    a.conditions = (f"{', '.join(preset_phrase(p) for p in fwd.preset.dropna().unique())}, batch "
+                    f"{', '.join(map(str, fwd.batch.dropna().unique()))}, {conditions(fwd, n=False)}")
     return a
 
 
@@ -304,6 +309,7 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
     a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
                  + f". {best} scales best, {worst} worst.")
+    a.conditions = "workloads as named in the verdict, float32, CPU"
     return a
 
 
@@ -346,6 +352,9 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
         sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
                          f"{conditions(d)}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s): " + "; ".join(parts) + ".")
     a.verdict = " ".join(sentences)
+    a.conditions = (f"8 heads, d_head {'/'.join(str(int(d)) for d in sorted(rows.d_head.dropna().unique()))}, "
+                    f"batch × n = {'/'.join(str(cases.TOKENS.get(d, '?')) for d in _devices(rows))} tokens, "
+                    f"{conditions(rows, n=False)}")
     return a
 
 
@@ -433,6 +442,7 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
         sentences.append(f"W_O adds {fw[True] / fw[False] - 1:.0%} of the matmul FLOPs and "
                          f"{w['W_O cost'].median() - 1:.0%} of the time (median over h, batched).")
     a.verdict = " ".join(sentences)
+    a.conditions = f"batch {s['batch']}, n {s['seq_len']}, d_model {s['d_model']}, {conditions(tt, n=False)}"
     return a
 
 
@@ -493,6 +503,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
                  f"measured time does not cross in n = {c['n_range']}")
         sentences.append(f"d = {c['d_model']}: {fpart}; {tpart}.")
     a.verdict = " ".join(sentences)
+    a.conditions = f"batch {cases.LAYER_BATCH}, {cases.LAYER_HEADS} heads, {conditions(times, n=False)}"
     return a
 
 

@@ -59,4 +59,5 @@ def analyse_depth(t: pd.DataFrame) -> Analysis:
                              if not r.as_claimed) + " contrary to it") + ".")
     a.numbers["as_claimed"] = int(f.as_claimed.sum()) if not f.empty else 0
     a.verdict = " ".join(sentences)
+    a.conditions = f"batch 1 (the graph does not depend on it), {conditions(depth, n=False)}"
     return a

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from benchmarks import cases  # noqa: E402
 
-from .analyses import Analysis  # noqa: E402
+from .analyses import Analysis, preset_phrase  # noqa: E402
 
 SIZE = (6.4, 4.0)
 HEADS_AXIS = f"heads h (d_model fixed at {cases.MULTIHEAD_SHAPE['d_model']})"
@@ -55,11 +55,20 @@ def _lines(table: pd.DataFrame, xlabel: str, ylabel: str, title: str, scale: flo
 
 
 def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:
+    """Every figure of an analysis; each names the conditions its numbers were computed on, in its title
+    and its caption."""
     out = []
     for name, table in a.tables.items():
         fig = _figure(a, name, table)
-        if fig is not None:
-            out.append((f"{a.key}_{name}", f"{a.title}: {name.replace('_', ' ')}", fig))
+        if fig is None:
+            continue
+        caption = f"{a.title}: {name.replace('_', ' ')}"
+        if a.conditions:
+            ax = fig.axes[0]
+            ax.set_title(f"{ax.get_title()}\n{a.conditions}", fontsize=8)
+            fig.tight_layout()
+            caption += f" ({a.conditions})"
+        out.append((f"{a.key}_{name}", caption, fig))
     return out
 
 
@@ -69,7 +78,7 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
     if a.key == "c1_length" and name.startswith("time_"):
         _, device, preset, method = name.split("_", 3)
         return _lines(table, "sequence length n (tokens)", "time per call (ms)",
-                      f"{method.replace('_', ' ')} time vs n, {preset} on {device}", 1e3)
+                      f"{method.replace('_', ' ')} time vs n, {preset_phrase(preset)}", 1e3)
     if a.key == "c1_depth" and name.startswith("depth_"):
         slopes = a.tables.get("slopes", pd.DataFrame())
         fig, ax = plt.subplots(figsize=SIZE)

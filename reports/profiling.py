@@ -85,6 +85,9 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
         if r.area == "models":
             sentences.append(f"{r.label}: {top}; matmul components {r.matmul_share:.0%}.")
     a.verdict = " ".join(sentences)
+    a.conditions = (f"{'/'.join(sorted(cases.device.unique()))}, "
+                    f"{'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads; "
+                    f"each bar names its case")
     return a
 
 

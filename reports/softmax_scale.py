@@ -64,4 +64,5 @@ def analyse_softmax_scaling(keys: int = 64) -> Analysis:
                    f"{sc.max_probability.max():.2f}, the entropy at {sc.entropy_nats.min():.2f}–"
                    f"{sc.entropy_nats.max():.2f} nats and the Jacobian norm at {sc.jacobian_norm.min():.3f}–"
                    f"{sc.jacobian_norm.max():.3f} for every d_k: the gradient through the softmax does not vanish.")
+    a.conditions = f"{keys} keys, 256 rows per d_k, unit-variance q and k, float64, seeded"
     return a

@@ -234,6 +234,11 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
     assert "The winner changes with model size on cpu at n = 64: the Transformer wins at tiny (4.00×), the RNN at " \
            "paper-base" in a.verdict
     assert "2 CPU threads" in a.verdict and "paper-base (d_model 512, 6+6 layers, h 8), batch 8" in a.verdict
+    from reports import figures
+
+    drawn = figures.figures_for(a)
+    assert drawn and all("batch 8, cpu, 2 CPU threads, float32" in caption for _, caption, _ in drawn)
+    assert all("2 CPU threads" in fig.axes[0].get_title() for _, _, fig in drawn)
 
 
 def test_depth_slopes_confirm_or_refute_the_claim():
