@@ -30,6 +30,12 @@ def test_from_torch_reproduces_torch_transformer(norm_first, strategy):
     got = ours.decoder(tgt, ours.encoder(src, pad), memory_key_padding_mask=pad)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert ours.config.norm_first is norm_first and ours.config.num_decoder_layers == 3
+    # without autograd the residual sums and ReLU write into temporaries: same output, inputs untouched
+    src_copy, tgt_copy = src.clone(), tgt.clone()
+    with torch.no_grad():
+        fast = ours.decoder(tgt, ours.encoder(src, pad), memory_key_padding_mask=pad)
+    torch.testing.assert_close(fast, got, atol=0, rtol=0)
+    assert torch.equal(src, src_copy) and torch.equal(tgt, tgt_copy)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
