@@ -20,8 +20,6 @@ import time
 REPORT_DIR = os.path.join("results", "report")
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
-#: profiled calls per case in the main job (each after an unprofiled one; the fastest of each is kept)
-PROFILE_CYCLES = 4
 
 
 def _asv_html(paths: list[str]) -> str | None:
@@ -63,8 +61,7 @@ def measure(args) -> int:
     if not args.no_profile:
         from benchmarks import profile
 
-        profiled = profile.run_set(PROFILE_SET_FOR_GRID[args.grid], out, cycles=PROFILE_CYCLES,
-                                   progress=not args.no_progress)
+        profiled = profile.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
         print(f"profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
     index = _report([out], args.report)
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
