@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -20,6 +21,33 @@ def check_positive(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def check_positives(**values: int) -> None:
+    """check_positive for each keyword argument, in order: ``check_positives(batch=b, n_src=n)``."""
+    for name, value in values.items():
+        check_positive(name, value)
+
+
+def check_bool(name: str, value) -> bool:
+    """Return ``value`` if it is a bool (not merely truthy: ``causal="no"`` is a mistake), else raise."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def check_probability(name: str, value: float) -> float:
+    """A dropout probability: a finite number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_positive_float(name: str, value: float) -> float:
+    """A finite number > 0 (a LayerNorm epsilon, a softmax scale); NaN and infinity are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def check_heads(d_model: int, num_heads: int) -> int:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from ._validation import check_choice, check_tensor
+from ._validation import check_bool, check_choice, check_positive_float, check_probability, check_tensor
 
 BACKENDS = ("math", "sdpa")
 
@@ -54,9 +54,10 @@ def scaled_dot_product_attention(
     n_q, n_k = q.shape[-2], k.shape[-2]
     if mask is not None:
         _check_mask(mask, q, n_k)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    check_probability("dropout_p", dropout_p)
+    check_bool("causal", causal)
+    check_bool("return_weights", return_weights)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_float("scale", scale)
     if backend == "sdpa":
         if return_weights:
             raise ValueError("return_weights=True needs backend='math': the fused 'sdpa' kernel never forms the weights")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ._validation import check_choice, check_heads, check_positive
+from ._validation import check_choice, check_heads, check_positive, check_positives
 from .attention import BACKENDS
 from .model import TransformerConfig
 from .multihead import STRATEGIES
@@ -166,6 +166,7 @@ def attention(batch: int, n_q: int, n_k: int, d_k: int, d_v: int | None = None, 
     softmax, weights*V. ``device``, ``dtype`` and ``dropout_p`` only decide, for backend 'sdpa',
     whether torch runs a fused kernel (see ``sdpa_recomputes``)."""
     d_v = d_k if d_v is None else d_v
+    check_positives(batch=batch, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v)
     t = _Tally()
     recompute = backend == "sdpa" and sdpa_recomputes(d_k, d_v, masked=masked, causal=causal, dropout_p=dropout_p,
                                                       device=device, dtype=dtype)
@@ -206,11 +207,13 @@ def _attention(t: _Tally, batch, n_q, n_k, d_k, d_v, backend, masked, grad, reco
 
 def causal_pairs(n_q: int, n_k: int) -> int:
     """Query-key pairs a causal mask keeps (top-left aligned): the useful share of the n_q*n_k scores."""
+    check_positives(n_q=n_q, n_k=n_k)
     return sum(min(i + 1, n_k) for i in range(n_q))
 
 
 def useful_attention_flops(batch: int, n_q: int, n_k: int, d_head: int, causal: bool = False) -> int:
     """FlashAttention's convention for throughput: 4 * pairs * d_head per slice, masked pairs not counted."""
+    check_positives(batch=batch, n_q=n_q, n_k=n_k, d_head=d_head)
     pairs = causal_pairs(n_q, n_k) if causal else n_q * n_k
     return 4 * batch * pairs * d_head
 
@@ -221,6 +224,7 @@ def multi_head_attention(batch: int, n_q: int, d_model: int, num_heads: int, n_k
                          device="cpu", dtype=torch.float32) -> Flops:
     """MultiHeadAttention of section 3.2.2; self-attention when n_k is None. Matmul FLOPs do not depend on h.
     ``device``, ``dtype`` and ``dropout_p`` matter only through ``sdpa_recomputes`` (strategy 'sdpa')."""
+    check_positives(batch=batch, n_q=n_q, **({} if n_k is None else {"n_k": n_k}))
     check_choice("strategy", strategy, STRATEGIES)
     d_head = check_heads(d_model, num_heads)
     recompute = strategy == "sdpa" and sdpa_recomputes(d_head, masked=masked, causal=causal, dropout_p=dropout_p,
@@ -251,6 +255,7 @@ def transformer(config: TransformerConfig, batch: int, n_src: int, n_tgt: int, *
                 src_padding: bool = False, tgt_padding: bool = False, device="cpu", dtype=torch.float32) -> Flops:
     """Teacher-forced ``Transformer.forward`` in train mode (logits for every target position) and its
     backward. ``device`` and ``dtype`` matter only through ``sdpa_recomputes`` (strategy 'sdpa')."""
+    check_positives(batch=batch, n_src=n_src, n_tgt=n_tgt)
     t = _Tally()
     t.recompute = config.strategy == "sdpa" and sdpa_recomputes(config.d_head, masked=True, dropout_p=config.dropout,
                                                                 device=device, dtype=dtype)
@@ -264,7 +269,7 @@ def transformer(config: TransformerConfig, batch: int, n_src: int, n_tgt: int, *
 
 def transformer_generate(config: TransformerConfig, batch: int, n_src: int, steps: int, *, use_cache: bool = True) -> Flops:
     """Greedy ``Transformer.generate`` for ``steps`` new tokens (no early stop); forward only."""
-    check_positive("steps", steps)
+    check_positives(batch=batch, n_src=n_src, steps=steps)
     t = _Tally()
     _embed(t, "src_embed", config, batch * n_src)
     _encoder(t, config, batch, n_src, False)
@@ -340,6 +345,7 @@ def _decoder(t, c, batch, n_q, n_k_self, n_src, src_padding, tgt_padding, causal
 def rnn_attention(config: RNNAttentionConfig, batch: int, n_src: int, n_tgt: int) -> Flops:
     """Teacher-forced ``RNNAttention.forward`` and its backward, for unpadded batches (with a padding
     mask the encoder skips the padded steps, so its GRU does less than this)."""
+    check_positives(batch=batch, n_src=n_src, n_tgt=n_tgt)
     t = _Tally()
     _rnn_encode(t, config, batch, n_src)
     for _ in range(n_tgt):
@@ -350,7 +356,7 @@ def rnn_attention(config: RNNAttentionConfig, batch: int, n_src: int, n_tgt: int
 
 def rnn_attention_generate(config: RNNAttentionConfig, batch: int, n_src: int, steps: int) -> Flops:
     """Greedy ``RNNAttention.generate`` for ``steps`` new tokens (no early stop); forward only."""
-    check_positive("steps", steps)
+    check_positives(batch=batch, n_src=n_src, steps=steps)
     t = _Tally()
     _rnn_encode(t, config, batch, n_src)
     for _ in range(steps):
@@ -362,9 +368,7 @@ def rnn_attention_generate(config: RNNAttentionConfig, batch: int, n_src: int, s
 def recurrent_layer(batch: int, n: int, d_model: int) -> Flops:
     """Table 1's recurrent layer (RecurrentLayer): a GRU of width d_model over n steps, 12·n·d² matmul FLOPs
     per sequence, against self-attention's 8·n·d² + 4·n²·d; the two are equal at n = d."""
-    check_positive("batch", batch)
-    check_positive("n", n)
-    check_positive("d_model", d_model)
+    check_positives(batch=batch, n=n, d_model=d_model)
     t = _Tally()
     _gru(t, "recurrent_layer", batch, d_model, d_model, n, h0_grad=False)
     return t.flops()

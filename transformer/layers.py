@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
-from ._validation import check_choice, check_positive
+from ._validation import check_bool, check_choice, check_positive, check_positive_float, check_probability
 from .multihead import MultiHeadAttention
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -39,8 +39,8 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, dropout: float = 0.0, initial_len: int = 1024):
         super().__init__()
-        self.d_model = d_model
-        self.dropout = nn.Dropout(dropout)
+        self.d_model = check_positive("d_model", d_model)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.register_buffer("pe", sinusoidal_positional_encoding(initial_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -101,7 +101,10 @@ class _Layer(nn.Module):
                  strategy="sdpa", activation="relu", layer_norm_eps=1e-5, device=None, dtype=None):
         super().__init__()
         f = {"device": device, "dtype": dtype}
-        self.norm_first = norm_first
+        check_positive("d_ff", d_ff)
+        check_probability("dropout", dropout)
+        check_positive_float("layer_norm_eps", layer_norm_eps)
+        self.norm_first = check_bool("norm_first", norm_first)
         for name in attentions:
             setattr(self, name, MultiHeadAttention(d_model, num_heads, strategy=strategy, dropout=dropout, **f))
         self.ffn = FeedForward(d_model, d_ff, dropout, activation, **f)

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from ._validation import check_choice, check_heads, check_positive, check_tokens
+from ._validation import (check_bool, check_choice, check_heads, check_positive, check_positive_float, check_probability,
+                          check_tokens)
 from .decoding import greedy_decode
 from .layers import ACTIVATIONS, Decoder, DecoderLayer, Embeddings, Encoder, EncoderLayer, PositionalEncoding
 from .multihead import STRATEGIES
@@ -46,8 +47,10 @@ class TransformerConfig:
             check_positive(name, getattr(self, name))
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("strategy", self.strategy, STRATEGIES)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_probability("dropout", self.dropout)
+        check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        check_bool("norm_first", self.norm_first)
+        check_bool("share_embeddings", self.share_embeddings)
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(
                 f"share_embeddings=True needs src_vocab == tgt_vocab, got {self.src_vocab} and {self.tgt_vocab}"

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
-from ._validation import check_choice, check_heads, check_tensor
+from ._validation import check_bool, check_choice, check_heads, check_probability, check_tensor
 from .attention import scaled_dot_product_attention
 
 STRATEGIES = ("batched", "looped", "sdpa")
@@ -45,9 +45,9 @@ class MultiHeadAttention(nn.Module):
         self.d_head = check_heads(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
         self.strategy = check_choice("strategy", strategy, STRATEGIES)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        self.dropout = dropout
+        self.dropout = check_probability("dropout", dropout)
+        check_bool("bias", bias)
+        check_bool("out_proj", out_proj)
         factory = {"device": device, "dtype": dtype}
         self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model, **factory))
         self.in_proj_bias = nn.Parameter(torch.empty(3 * d_model, **factory)) if bias else None
@@ -104,6 +104,8 @@ class MultiHeadAttention(nn.Module):
         Returns (batch, n_q, d_model), or with ``need_weights`` (not for strategy 'sdpa') also the
         per-head attention weights (batch, heads, n_q, n_k).
         """
+        check_bool("causal", causal)
+        check_bool("need_weights", need_weights)
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value)
