@@ -71,3 +71,84 @@ def test_valid_edge_values_still_work():
     assert math.isclose(scaled_dot_product_attention(*(torch.ones(1, 2, 4),) * 3, scale=1.0).sum().item(), 8.0)
     TransformerConfig(dropout=0.0, layer_norm_eps=1e-12, norm_first=True)
     assert flops.attention(1, 1, 1, 1).forward.matmul_total == 4
+
+
+# -- fully masked rows (item 2) ----------------------------------------------------------------------
+
+def _masked_inputs(strategy=None):
+    q = torch.randn(2, 4, 3, 8)
+    keep = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    keep[0, :, 1] = False  # query 1 of batch 0 may attend to no key
+    return q, torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), keep
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+@pytest.mark.parametrize("additive", [False, True])
+def test_a_query_with_every_key_masked_attends_to_nothing(backend, additive):
+    q, k, v, keep = _masked_inputs()
+    mask = keep if not additive else torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    out = scaled_dot_product_attention(q, k, v, mask, backend=backend)
+    assert not out.isnan().any()
+    assert (out[0, :, 1] == 0).all()  # the fully masked row: zero output
+    unmasked = scaled_dot_product_attention(q[1:], k[1:], v[1:], backend=backend)
+    torch.testing.assert_close(out[1:], unmasked)  # other rows untouched
+    if backend == "math":
+        _, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+        assert (weights[0, :, 1] == 0).all() and torch.allclose(weights[1].sum(-1), torch.ones(4, 3))
+
+
+@pytest.mark.parametrize("strategy", ["batched", "looped", "sdpa"])
+def test_all_padding_keys_give_zero_heads_with_every_strategy(strategy):
+    mha = MultiHeadAttention(16, 4, strategy=strategy, bias=False).eval()
+    x = torch.randn(2, 3, 16)
+    padding = torch.tensor([[True, True, True], [False, False, True]])
+    out = mha(x, key_padding_mask=padding)
+    assert not out.isnan().any() and (out[0] == 0).all()  # no bias: W_O maps the zero heads to 0
+
+
+def _padded_batch(lengths, vocab, n):
+    tokens = torch.randint(1, vocab, (len(lengths), n))
+    padding = torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None]
+    return tokens.masked_fill(padding, 0), padding
+
+
+@pytest.mark.parametrize("strategy", ["batched", "looped", "sdpa"])
+def test_transformer_on_a_padded_batch_equals_each_sequence_alone(strategy):
+    from transformer import Transformer
+
+    model = Transformer.from_preset("tiny", strategy=strategy).eval()
+    src, src_pad = _padded_batch([7, 3, 5], 64, 7)
+    tgt, tgt_pad = _padded_batch([6, 2, 4], 64, 6)
+    with torch.no_grad():
+        batch = model(src, tgt, src_pad, tgt_pad)
+        generated = model.generate(src, 5, bos_id=1, src_key_padding_mask=src_pad)
+        for i, (ns, nt) in enumerate([(7, 6), (3, 2), (5, 4)]):
+            alone = model(src[i:i + 1, :ns], tgt[i:i + 1, :nt])
+            torch.testing.assert_close(batch[i:i + 1, :nt], alone, atol=1e-5, rtol=1e-5)
+            assert torch.equal(generated[i], model.generate(src[i:i + 1, :ns], 5, bos_id=1)[0])
+
+
+def test_transformer_with_left_padded_targets_or_an_empty_source_gives_no_nan():
+    from transformer import Transformer
+
+    model = Transformer.from_preset("tiny", strategy="batched").eval()
+    src, tgt = torch.randint(1, 64, (2, 5)), torch.randint(1, 64, (2, 4))
+    left = torch.tensor([[True, True, False, False], [False] * 4])  # rows 0-1 of target 0 see no key
+    empty = torch.tensor([[True] * 5, [False] * 5])  # source 0 is all padding
+    with torch.no_grad():
+        assert not model(src, tgt, tgt_key_padding_mask=left).isnan().any()
+        assert not model(src, tgt, src_key_padding_mask=empty).isnan().any()
+
+
+def test_rnn_on_a_padded_batch_equals_each_sequence_alone_and_refuses_an_empty_source():
+    from transformer import RNNAttention
+
+    model = RNNAttention.from_preset("tiny").eval()
+    src, src_pad = _padded_batch([6, 2], 64, 6)
+    tgt = torch.randint(1, 64, (2, 4))
+    with torch.no_grad():
+        batch = model(src, tgt, src_pad)
+        for i, n in enumerate([6, 2]):
+            torch.testing.assert_close(batch[i:i + 1], model(src[i:i + 1, :n], tgt[i:i + 1]), atol=1e-5, rtol=1e-5)
+        with pytest.raises(ValueError, match="every position of row 1 as padding"):
+            model(src, tgt, torch.tensor([[False] * 6, [True] * 6]))

@@ -10,6 +10,13 @@ Two interchangeable backends compute the same function:
 Masks follow torch's SDPA convention: a boolean mask is True where a query may attend to a key; a
 floating mask is added to the scores. ``causal=True`` lets query i see keys 0..i (top-left aligned,
 as torch does when n_q != n_k).
+
+A query row whose every key is masked (a key padding mask that is all True, or a left-padded target
+under the causal mask) attends to nothing: its weights are all 0 and its output is the zero vector,
+with both backends and every multi-head strategy. torch's fused kernel does the same; the math
+backend uses torch's ``_safe_softmax`` (softmax, then 0 for rows that are all -inf) whenever a mask
+is given. A plain softmax would give NaN there, and one NaN row in V turns every output row that
+attends to it into NaN in the next layer.
 """
 
 from __future__ import annotations
@@ -65,12 +72,14 @@ def scaled_dot_product_attention(
             mask, causal = merge_causal(mask, n_q, n_k), False
         with record_function("attention.sdpa"):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale)
+    # only a given mask can mask a whole row: the causal mask alone keeps key 0 for every query
+    softmax = torch.softmax if mask is None else torch._safe_softmax
     if causal:
         mask = merge_causal(mask, n_q, n_k, device=q.device)
-    return _math_attention(q, k, v, mask, scale, dropout_p, return_weights)
+    return _math_attention(q, k, v, mask, scale, dropout_p, return_weights, softmax)
 
 
-def _math_attention(q, k, v, mask, scale, dropout_p, return_weights):
+def _math_attention(q, k, v, mask, scale, dropout_p, return_weights, softmax=torch.softmax):
     """Equation (1) step by step."""
     with record_function("attention.scores"):
         scores = torch.matmul(q * scale, k.transpose(-2, -1))
@@ -81,7 +90,7 @@ def _math_attention(q, k, v, mask, scale, dropout_p, return_weights):
             else:
                 scores = scores + mask
     with record_function("attention.softmax"):
-        weights = torch.softmax(scores, dim=-1)
+        weights = softmax(scores, dim=-1)
     if dropout_p:
         weights = F.dropout(weights, p=dropout_p)
     with record_function("attention.weights_v"):

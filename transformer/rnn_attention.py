@@ -163,6 +163,10 @@ class RNNAttention(nn.Module):
             if src_key_padding_mask is None:
                 return self.encoder(x)[0]
             lengths = (~src_key_padding_mask).sum(1).cpu()
+            if (lengths == 0).any():  # a GRU cannot run over nothing (and softmax over no key is NaN)
+                row = int((lengths == 0).nonzero()[0])
+                raise ValueError(f"src_key_padding_mask marks every position of row {row} as padding; "
+                                 f"each source sentence needs at least one token")
             packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
             return pad_packed_sequence(self.encoder(packed)[0], batch_first=True, total_length=src.shape[1])[0]
 
