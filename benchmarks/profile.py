@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from . import cases, machine, opgraph
+from . import cases, guards, machine, opgraph
 
 #: record_function label -> the component it belongs to (the paper's terms). Labels that only group
 #: others (a whole encoder, one attention block) keep the time of the operators directly inside them
@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cycles < 1:
         parser.error(f"--cycles must be at least 1, got {args.cycles}")
     try:
+        guards.writable_folder(args.out, "--out")
         if args.set is not None:
             if args.set not in cases.PROFILE_SETS:
                 raise ValueError(f"unknown set {args.set!r}; allowed: {', '.join(cases.PROFILE_SETS)}")

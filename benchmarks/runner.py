@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import torch
 
-from . import cases, machine, measure
+from . import cases, guards, machine, measure
 
 STATUSES = ("ok", "skipped", "oom", "failed")
 
@@ -36,12 +36,22 @@ def case_key(area: str, method: str, params: dict) -> str:
     return "--".join([area, method, *(f"{k}={v}" for k, v in params.items())])
 
 
-def commit() -> str | None:
+def git_head() -> tuple[str | None, str | None]:
+    """(the commit of the code being measured, None), or (None, why git could not say): a copy without
+    ``.git``, a checkout git refuses to read ("dubious ownership"), no git at all."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)))
+    except OSError as error:
+        return None, f"git could not run: {error}"
+    if done.returncode:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        return None, "git rev-parse HEAD failed: " + (lines[0] if lines else f"exit code {done.returncode}")
+    return done.stdout.strip(), None
+
+
+def commit() -> str | None:
+    return git_head()[0]
 
 
 def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None) -> list[tuple[str, dict]]:
@@ -57,6 +67,7 @@ def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] |
     for d in devices or ():
         if d not in ("cpu", "cuda"):
             raise ValueError(f"unknown device {d!r}; allowed: 'cpu', 'cuda'")
+    guards.check_devices(devices)
     out = []
     for area in areas:
         for params in cases.combinations(area, grid):
@@ -83,12 +94,13 @@ class Runner:
 
     def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
                  name: str | None = None):
-        if min_run_time <= 0:
-            raise ValueError(f"min_run_time must be > 0 seconds; got {min_run_time!r}")
+        guards.check_seconds("min_run_time", min_run_time)
+        guards.check_seconds("telemetry_time", telemetry_time)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
-        self.cases_dir = os.path.join(out, "cases")
-        os.makedirs(self.cases_dir, exist_ok=True)
+        self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
         self.commit = commit()
+        # a record without a commit is still a measurement: reports label it by its folder and date
+        self.commit_error = None if self.commit else git_head()[1]
         self.name = name or socket.gethostname()  # the machine's label in reports
 
     def path(self, key: str) -> str:
@@ -116,7 +128,7 @@ class Runner:
                 return saved["gemm_peaks"]
         peaks = machine.calibrate(threads)
         machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "commit": self.commit,
-                                          "name": self.name})
+                                          "commit_error": self.commit_error, "name": self.name})
         return peaks
 
     def _write(self, area: str, method: str, params: dict, status: str, reason: str | None, started: float,
@@ -184,11 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", action="append", help="restrict to a device: cpu or cuda (repeatable)")
     parser.add_argument("--out", default="results/runs/latest", help="folder for machine.json and cases/")
     parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
-    parser.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
+    parser.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
         todo = plan(args.grid, args.area, args.device)
+        guards.writable_folder(args.out, "--out")
         runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine)
     except ValueError as error:
         parser.error(str(error))

@@ -31,26 +31,44 @@ def _asv_html(paths: list[str]) -> str | None:
     return None
 
 
-def _report(paths: list[str], out: str, machine: str | None = None) -> str:
-    from . import html, tidy
+def _report(paths: list[str], out: str, machine: str | None = None, table=None) -> str:
+    """Build the report of ``paths`` into ``out``. Refuses to build one with no measured case, and says so
+    when it replaces a report that was there."""
+    from benchmarks import guards
 
-    table = tidy.load(paths)
+    from . import analyses, html, tidy
+
+    table = tidy.load(paths) if table is None else table
+    timed = table[table.metric.isin(["time", "sequential_depth"])]
+    if not (timed.status == "ok").any():
+        why = "; ".join(f"{n} {s}: {r}" for (s, r), n in timed.groupby(["status", "reason"]).size().items())
+        raise ValueError(f"no case was measured ({why or 'no case records'}), so no report was written"
+                         + (f"; the report in {out!r} was left as it is" if os.path.exists(out) else ""))
+    guards.writable_folder(out, "--report")
+    previous = html.describe(out)
     site = _asv_html(paths)
     lead = machine or next(iter(dict.fromkeys(table.machine.dropna())), None)
+    lead_run = analyses.latest_run(table[table.machine == lead])
+    folders = [p for p in tidy.unique_paths(paths) if os.path.normpath(p) == lead_run]
     # a relative link keeps working when the report and .asv/html move together
     index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
-                       profiles=tidy.load_profiles(paths, lead))
+                       profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths))
+    if previous:
+        print(f"note: replaced the report in {out} ({previous}); pass --report DIR to keep reports apart",
+              file=sys.stderr)
     return index
 
 
 def measure(args) -> int:
-    from benchmarks import runner
+    from benchmarks import guards, runner
 
     start = time.time()
     name = args.machine or socket.gethostname()
     out = args.out or os.path.join("results", "runs", f"{name}-{args.grid}")
     try:
         todo = runner.plan(args.grid, devices=args.device)
+        guards.writable_folder(out, "--out")
+        guards.writable_folder(args.report, "--report")
         r = runner.Runner(out, min_run_time=args.min_run_time, name=name)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -79,11 +97,16 @@ def compare(args) -> int:
     from . import analyses, tidy
 
     table = tidy.load(args.paths)
+    runs = table.run.nunique()
+    if runs < 2:
+        raise ValueError(f"compare needs two runs or more; {' and '.join(map(repr, args.paths))} hold"
+                         f" {runs}. To report on one run: python -m reports build PATH")
+    table = analyses.one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
     a = analyses.analyse_hardware(table)
     print(a.verdict)
     for name, df in a.tables.items():
         print(f"\n{name}:\n{df.to_string()}")
-    print(os.path.abspath(_report(args.paths, args.report)))
+    print(os.path.abspath(_report(args.paths, args.report, table=table)))
     return 0
 
 
@@ -95,15 +118,18 @@ def print_claims(args) -> int:
 
 
 def csv(args) -> int:
+    from benchmarks import guards
+
     from . import tidy
 
+    guards.writable_file(args.out, "--out")
     tidy.load(args.paths).to_csv(args.out, index=False)
     print(os.path.abspath(args.out))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import cases
+    from benchmarks import cases, guards
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
@@ -112,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     measuring.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
     measuring.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
     measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
-    measuring.add_argument("--min-run-time", type=float, default=0.2, help="seconds of timing per method")
+    measuring.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
     measuring.add_argument("--no-progress", action="store_true")
     measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],

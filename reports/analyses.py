@@ -95,6 +95,20 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 
+def not_measured(t: pd.DataFrame, area: str, what: str) -> str:
+    """Why an analysis has no rows to read: the area was not run at all, or every one of its cases was
+    skipped, out of memory or failed (with the commonest reasons); never only "no results"."""
+    rows = t[(t.area == area) & t.metric.isin(["time", "sequential_depth"])]
+    if rows.empty:
+        return f"No {what} results: the {area} area was not run."
+    if (rows.status == "ok").any():
+        return f"No {what} results: the {area} area ran, but not the cases this analysis reads."
+    reasons = rows.groupby(["status", "reason"], dropna=False).size().sort_values(ascending=False)
+    told = "; ".join(f"{n} {status}: {reason}" for (status, reason), n in reasons.head(2).items())
+    more = f"; {len(reasons) - 2} other reasons" if len(reasons) > 2 else ""
+    return f"No {what} results: all {len(rows)} cases of the {area} area were run and none was measured ({told}{more})."
+
+
 def _gpu_missing(t: pd.DataFrame, area: str) -> list[str]:
     if (t[(t.area == area) & (t.status == "ok")].device == "cuda").any():
         return []
@@ -142,7 +156,7 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     a = Analysis("c1_length", "Transformer vs RNN-attention over sequence length and model size", "C1", "",
                  missing=_gpu_missing(t, "models"))
     if rows.empty:
-        return a.without("no models results", "No encoder-decoder results: run the models area.")
+        return a.without("no models results", not_measured(t, "models", "encoder-decoder"))
     batch = rows.batch.dropna().unique()
     keys = ["device", "preset", "model", "seq_len"]
     flops, rate = (_median(t, m, "forward", keys, batch) for m in ("matmul_flops", "achieved_flops_per_s"))
@@ -255,8 +269,7 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
     (fwd, held), (gen, _) = (_fix(_ok(t, "models", "tokens_per_s", m), fixed) for m in ("forward", "generate"))
     a = Analysis("c1_generation", "Parallel teacher forcing vs sequential generation", "C1", "")
     if fwd.empty or gen.empty:
-        return a.without("no tokens_per_s for forward and generate",
-                         "No generation results: run the models area with the runner.")
+        return a.without("no tokens_per_s for forward and generate", not_measured(t, "models", "generation"))
     keys = ["device", "model", "seq_len"]
     both = (fwd.groupby(keys).value.median().rename("forward_tokens_per_s").to_frame()
             .join(gen.groupby(keys).value.median().rename("generate_tokens_per_s"), how="inner"))
@@ -332,8 +345,7 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
     a = Analysis("c2_roofline", "Achieved FLOP/s against the measured GEMM peak", "C2", "",
                  missing=_gpu_missing(t, "attention"))
     if rows.empty:
-        return a.without("no achieved_flops_per_s",
-                         "No attention results with achieved FLOP/s: run the attention area.")
+        return a.without("no achieved_flops_per_s", not_measured(t, "attention", "attention FLOP/s"))
     sentences = []
     for device in _devices(rows):
         d = rows[rows.device == device]
@@ -377,7 +389,7 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
     a = Analysis("c3_heads", "One large attention vs many small heads", "C3/C4", "",
                  missing=_gpu_missing(t, "multihead"))
     if flops_rows.empty or times.empty:
-        return a.without("no multihead results", "No multi-head results: run the multihead area.")
+        return a.without("no multihead results", not_measured(t, "multihead", "multi-head"))
     with_wo = flops_rows[flops_rows.out_proj.astype(bool)]
     f = with_wo.groupby("heads").value.median()
     other = _ok(t, "multihead", "other_flops")
@@ -454,7 +466,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
     times, fl = _ok(t, "layers", "time"), _ok(t, "layers", "matmul_flops")
     a = Analysis("table1", "Self-attention vs recurrent layer, O(n²·d) vs O(n·d²)", "Table 1", "")
     if times.empty:
-        return a.without("no layers results", "No layer results: run the layers area.")
+        return a.without("no layers results", not_measured(t, "layers", "layer"))
     device = _devices(times)[0]
     times, fl = times[times.device == device], fl[fl.device == device]
     fits = []
@@ -597,11 +609,34 @@ def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame 
     return out + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]
 
 
+def run_key(t: pd.DataFrame) -> pd.Series:
+    """Each row's run: the ``run`` column (a runner folder, or an asv commit and environment); tables built
+    without it fall back to (commit, environment)."""
+    if "run" in t and t.run.notna().all():
+        return t.run
+    return t.commit.astype(object).fillna("no commit").astype(str) + " " + t.env.astype(object).fillna("").astype(str)
+
+
+def latest_run(t: pd.DataFrame):
+    """The label of the run measured last (by its latest case), or None for an empty table. A run without
+    a commit is still a run: it is told apart by its folder, never dropped."""
+    if t.empty:
+        return None
+    dates = t.date.groupby(run_key(t), sort=False, dropna=False).max()
+    return dates.index[-1] if dates.isna().all() else dates.idxmax()
+
+
 def latest(t: pd.DataFrame) -> pd.DataFrame:
-    """The rows of one machine's latest run: the (commit, environment) measured last. asv's results hold
-    every commit; an analysis must not pool them."""
-    if t.empty or t[["commit", "env"]].drop_duplicates().shape[0] < 2:
-        return t
-    runs = t.groupby(["commit", "env"], dropna=False).date.max().sort_values()
-    commit, env = runs.index[-1]
-    return t[(t.commit == commit) & (t.env == env)]
+    """The rows of one machine's latest run. asv's results hold every commit, and two runner folders of one
+    machine (say a quick and a default grid) are two runs: an analysis must not pool them."""
+    run = latest_run(t)
+    return t if run is None else t[run_key(t) == run]
+
+
+def one_machine_per_run(t: pd.DataFrame) -> pd.DataFrame:
+    """The table with each run as its own machine: a machine with several runs is relabelled
+    "machine [run]", so that a comparison sets them side by side instead of keeping only the latest."""
+    keys = run_key(t)
+    several = t.groupby("machine").apply(lambda g: keys[g.index].nunique() > 1, include_groups=False)
+    relabel = t.machine.map(several).fillna(False).astype(bool)
+    return t.assign(machine=t.machine.where(~relabel, t.machine + " [" + keys + "]"))

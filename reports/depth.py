@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .analyses import Analysis, _ok, conditions, preset_phrase
+from .analyses import Analysis, _ok, conditions, not_measured, preset_phrase
 
 #: the slope the claim predicts per (model, mode): True = grows with n, False = flat
 EXPECTED = {("transformer", "forward"): False, ("transformer", "train_step"): False,
@@ -26,7 +26,7 @@ def analyse_depth(t: pd.DataFrame) -> Analysis:
     a = Analysis("c1_depth", "Sequential depth of the executed graph against sequence length", "C1", "")
     depth, launches = _ok(t, "depth", "sequential_depth", "graph"), _ok(t, "depth", "op_launches", "graph")
     if depth.empty:
-        return a.without("no depth results", "No sequential-depth results: run the depth area.")
+        return a.without("no depth results", not_measured(t, "depth", "sequential-depth"))
     fits, sentences = [], []
     for preset, g in depth.groupby("preset"):
         a.tables[f"depth_{preset}"] = g.pivot_table(index="seq_len", columns=["model", "mode"], values="value")

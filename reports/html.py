@@ -7,6 +7,7 @@ The folder opens from disk and can be published as it is.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 
 import jinja2
@@ -15,6 +16,8 @@ import pandas as pd
 from . import analyses, claims, figures, profiling
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+#: what each report was built from, next to its index.html (so that replacing it can say what it replaced)
+REPORT_RECORD = "report.json"
 
 
 #: what the values of each analysis table are, by table-name prefix
@@ -50,6 +53,18 @@ def _machines(t: pd.DataFrame) -> pd.DataFrame:
     for (machine, device, dtype), v in peaks.items():
         m.loc[machine, f"GEMM peak {device} {dtype} (GFLOP/s)"] = v
     return m
+
+
+def _runs(t: pd.DataFrame) -> pd.DataFrame:
+    """tidy.runs with the rule the page follows: each machine's analyses read its latest run only."""
+    from . import tidy
+
+    runs = tidy.runs(t)
+    used = {analyses.latest_run(t[t.machine == m]) for m in runs.machine.unique()}
+    runs.insert(0, "analysed", ["yes" if r in used else "no: an older run of this machine" for r in runs.index])
+    for column in ("first", "last"):
+        runs[column] = runs[column].dt.strftime("%Y-%m-%d %H:%M")
+    return runs
 
 
 def _order(v):
@@ -96,10 +111,25 @@ def _profile_links(records: list[dict], out: str) -> list[dict]:
     return links
 
 
+def describe(out: str) -> str | None:
+    """What the report already in folder ``out`` was built from (its ``report.json``), or None if there is
+    no report there."""
+    if not os.path.exists(os.path.join(out, "index.html")):
+        return None
+    try:
+        with open(os.path.join(out, REPORT_RECORD)) as f:
+            saved = json.load(f)
+        ok = saved.get("counts", {}).get("ok", "?")
+        return f"built {saved['generated']} from {', '.join(saved['inputs'])}, {ok} measurements ok"
+    except (OSError, ValueError, KeyError):
+        return "a report of unknown origin"
+
+
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
-          profiles: list[dict] | None = None) -> str:
+          profiles: list[dict] | None = None, inputs: list[str] | None = None) -> str:
     """Write the report for ``table`` into folder ``out``; returns the path of index.html. ``profiles``:
-    profile records (``benchmarks.profile.load``, each with the ``root`` folder it was read from)."""
+    profile records (``benchmarks.profile.load``, each with the ``root`` folder it was read from);
+    ``inputs``: the result folders it was read from, recorded in ``report.json``."""
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
     os.makedirs(out, exist_ok=True)
@@ -118,17 +148,23 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
     counts = table[table.metric == "time"].status.value_counts().to_dict()
+    runs = _runs(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         machine_names=list(dict.fromkeys(table.machine.dropna())),
-        commits=sorted({c[:8] for c in table.commit.dropna()}),
+        commits=sorted(set(runs.commit)), runs_table=_html(runs),
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed")},
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
         axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
+    from benchmarks.machine import write_json_atomic
+
+    write_json_atomic(os.path.join(out, REPORT_RECORD), {
+        "generated": dt.datetime.now().isoformat(timespec="seconds"), "inputs": inputs or sorted(set(table.run.dropna())),
+        "counts": {k: int(v) for k, v in counts.items()}})
     path = os.path.join(out, "index.html")
     with open(path + ".tmp", "w") as f:
         f.write(page)

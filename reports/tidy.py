@@ -1,6 +1,7 @@
 """Results as one tidy pandas table: one row per case x method x metric, from asv or the runner.
 
-Columns: where it came from (``source``, ``machine``, ``commit``, ``env``), what was measured
+Columns: where it came from (``source``; ``run``, one runner folder or one asv (commit, environment);
+``machine``, ``commit``, ``commit_error`` when the runner could not learn the commit, ``env``), what was measured
 (``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times), how it went
 (``status``, ``reason``), every parameter axis of every area (empty where an area has no such axis)
 and the machine's facts (CPU model, cores, GPU, torch). ``load()`` takes any mix of runner folders
@@ -34,7 +35,7 @@ GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {"threads"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
-COLUMNS = (["source", "machine", "commit", "env", "date", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
+COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
@@ -69,8 +70,9 @@ def from_runner(folder: str) -> pd.DataFrame:
         raise FileNotFoundError(f"{folder!r} is not a runner output folder: it has no machine.json")
     saved = _read(meta_path)
     meta = saved["machine"]
-    base = {"source": "runner", "machine": saved.get("name") or meta["hostname"], "commit": saved.get("commit"),
-            "env": f"torch {meta['torch']}", **_facts(meta)}
+    base = {"source": "runner", "run": os.path.normpath(folder), "machine": saved.get("name") or meta["hostname"],
+            "commit": saved.get("commit"), "env": f"torch {meta['torch']}", **_facts(meta),
+            "commit_error": None if saved.get("commit") else saved.get("commit_error") or "no commit was recorded"}
     rows = []
     for key, peak in saved["gemm_peaks"].items():
         device, dtype, threads = key.split("/")
@@ -163,7 +165,8 @@ def from_asv(results_dir: str) -> pd.DataFrame:
         meta = _asv_metadata(results_dir, res.env_name, machine) or {
             "cpu_model": res.params.get("cpu"), "cpu_count": int(res.params.get("num_cpu") or 0) or None,
             "torch": res.params.get("torch")}
-        base = {"source": "asv", "machine": machine, "commit": res.commit_hash, "env": res.env_name,
+        base = {"source": "asv", "run": f"{os.path.normpath(results_dir)} @ {res.commit_hash[:8]} {res.env_name}",
+                "machine": machine, "commit": res.commit_hash, "env": res.env_name,
                 "date": pd.Timestamp(max(res.started_at.values()), unit="ms", tz="UTC") if res.started_at else pd.NaT,
                 **_facts(meta)}
         for key in res.get_all_result_keys():
@@ -208,10 +211,23 @@ def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
 
 # -- any mix --------------------------------------------------------------------------------------
 
-def load(paths: Iterable[str]) -> pd.DataFrame:
-    """One table from runner folders and asv results folders (``.asv/results``), in any mix."""
-    frames = []
+def unique_paths(paths: Iterable[str]) -> list[str]:
+    """``paths`` with each folder once (the same folder named twice, or by two spellings, is read once:
+    counting one run twice would weigh it double)."""
+    seen, out = set(), []
     for path in paths:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            out.append(path)
+    return out
+
+
+def load(paths: Iterable[str]) -> pd.DataFrame:
+    """One table from runner folders and asv results folders (``.asv/results``), in any mix, each folder
+    read once. Each run keeps its own ``run`` label: nothing downstream pools two runs."""
+    frames = []
+    for path in unique_paths(paths):
         if os.path.exists(os.path.join(path, "machine.json")) and os.path.isdir(os.path.join(path, "cases")):
             frames.append(from_runner(path))
         elif os.path.isdir(path) and glob.glob(os.path.join(path, "*", "machine.json")):
@@ -222,6 +238,19 @@ def load(paths: Iterable[str]) -> pd.DataFrame:
     if not frames:
         raise ValueError("no results given: pass runner output folders or asv results folders")
     return pd.concat(frames, ignore_index=True)
+
+
+def runs(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: machine, source, commit (or why there is none), environment, when, and its cases
+    by status."""
+    timed = t[t.metric.isin(["time", "sequential_depth"])]
+    status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
+    out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
+                                          commit=("commit", "first"), commit_error=("commit_error", "first"),
+                                          env=("env", "first"), first=("date", "min"), last=("date", "max"))
+    out["commit"] = [c[:8] if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
+    out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
+    return out
 
 
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:

@@ -1,6 +1,7 @@
 """The command line: measure + report, build from results, compare, csv, and clear errors."""
 
 import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -26,14 +27,19 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     again = str(tmp_path / "again")
     assert main(["build", run, "--report", again]) == 0
     page = open(os.path.join(again, "index.html")).read()
-    assert page.count("<section") == 16 and "trace.json.gz" in page
+    assert page.count("<section") == 17 and "trace.json.gz" in page
 
     assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
     table = pd.read_csv(tmp_path / "t.csv")
     assert set(table.machine) == {"box"} and (table.metric == "time").any()
 
-    assert main(["compare", run, run, "--report", str(tmp_path / "cmp")]) == 0
-    assert "Only one machine (box)" in capsys.readouterr().out
+    assert main(["compare", run, run, "--report", str(tmp_path / "cmp")]) == 2  # one run named twice
+    assert "compare needs two runs or more" in capsys.readouterr().err
+    copy = str(tmp_path / "copy")
+    shutil.copytree(run, copy)  # a second run of the same machine: compared side by side, not pooled
+    assert main(["compare", run, copy, "--report", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert f"box [{copy}]" in out and f"box [{run}]" in out
 
 
 def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):

@@ -152,3 +152,209 @@ def test_rnn_on_a_padded_batch_equals_each_sequence_alone_and_refuses_an_empty_s
             torch.testing.assert_close(batch[i:i + 1], model(src[i:i + 1, :n], tgt[i:i + 1]), atol=1e-5, rtol=1e-5)
         with pytest.raises(ValueError, match="every position of row 1 as padding"):
             model(src, tgt, torch.tensor([[False] * 6, [True] * 6]))
+
+
+# -- result folders: runs kept apart, never pooled, never emptied (items 1, 4) ----------------------
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from benchmarks import machine, runner  # noqa: E402
+from reports import analyses, tidy  # noqa: E402
+from reports.__main__ import main as reports_main  # noqa: E402
+
+PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
+        ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def fake_peaks(monkeypatch):
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
+        machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
+
+
+def measure(folder, plan=PLAN, name="vm"):
+    runner.Runner(str(folder), min_run_time=0.01, name=name).run(plan, progress=False)
+    return str(folder)
+
+
+def files(folder):
+    """Every file under ``folder`` with its bytes: what must not change."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.relpath(os.path.join(root, n), folder)] = f.read()
+    return out
+
+
+def test_git_failure_is_recorded_with_its_reason(monkeypatch):
+    monkeypatch.setenv("GIT_DIR", "/nonexistent")  # git cannot read the checkout
+    sha, why = runner.git_head()
+    assert sha is None and "git rev-parse HEAD failed" in why
+
+
+def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(tmp_path, fake_peaks, monkeypatch):
+    with_commit = measure(tmp_path / "with-commit")
+    monkeypatch.setattr(runner, "git_head", lambda: (None, "git rev-parse HEAD failed: dubious ownership"))
+    monkeypatch.setattr(runner, "commit", lambda: None)
+    without = measure(tmp_path / "no-commit")  # measured later: the latest run
+    t = tidy.load([with_commit, without])
+    runs = tidy.runs(t)
+    assert runs.loc[os.path.normpath(without), "commit"] == "none: git rev-parse HEAD failed: dubious ownership"
+    used = analyses.latest(t)
+    assert set(used.run) == {os.path.normpath(without)} and (used.status == "ok").any()
+    first = analyses.run_all(t)[0]
+    assert "no models results" not in first.missing and "as fast" in first.verdict  # not "No ... results"
+    assert reports_main(["build", with_commit, without, "--report", str(tmp_path / "r")]) == 0
+    page = open(tmp_path / "r" / "index.html").read()
+    assert "dubious ownership" in page and "<img" in page
+
+
+def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
+    old = measure(tmp_path / "quick")
+    new = measure(tmp_path / "default", PLAN[:1])  # later, fewer cases
+    t = tidy.load([old, new])
+    used = analyses.latest(t)
+    assert set(used.run) == {os.path.normpath(new)}
+    assert set(used[used.area == "models"].model.dropna()) == {"transformer"}  # nothing borrowed from the older run
+    assert len(used[used.metric == "gemm_peak_flops_per_s"]) == len(t[(t.metric == "gemm_peak_flops_per_s")
+                                                                      & (t.run == os.path.normpath(new))])
+    page = tmp_path / "r"
+    assert reports_main(["build", old, new, "--report", str(page)]) == 0
+    assert "no: an older run of this machine" in open(page / "index.html").read()
+
+
+def test_the_same_folder_twice_is_read_once_and_compare_needs_two_runs(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "a")
+    once = tidy.load([run])
+    assert len(tidy.load([run, run + "/", str(tmp_path / "." / "a")])) == len(once)
+    before = files(tmp_path)
+    for argv in (["compare", run, run], ["compare", run]):
+        assert reports_main(argv + ["--report", str(tmp_path / "cmp")]) == 2
+        assert "compare needs two runs or more" in capsys.readouterr().err
+    assert files(tmp_path) == before and not os.path.exists(tmp_path / "cmp")
+
+
+# -- bad command-line values, checked before anything runs (items 3, 9, 11, 12) -----------------------
+
+def cli(*args, module="reports"):
+    """The command in a real subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+def in_process(capsys, *args, module="reports"):
+    """The command's main() in this process (faster); (exit code, stderr)."""
+    from benchmarks import profile
+
+    main = {"reports": reports_main, "benchmarks.runner": runner.main, "benchmarks.profile": profile.main}[module]
+    try:
+        code = main(list(args))
+    except SystemExit as exit:  # argparse's errors
+        code = exit.code
+    return code, capsys.readouterr().err
+
+
+def test_min_run_time_nan_in_a_real_subprocess(tmp_path):
+    done = cli("--min-run-time", "nan", "--out", str(tmp_path / "run"), "--no-progress")
+    assert done.returncode == 2 and "--min-run-time: must be a finite number of seconds > 0, got 'nan'" in done.stderr
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "abc"])
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, module):
+    code, err = in_process(capsys, f"--min-run-time={value}", "--out", str(tmp_path / "run"), "--no-progress",
+                           module=module)
+    assert code == 2 and "--min-run-time" in err and value in err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_python_api_refuses_nan_seconds(tmp_path):
+    with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got nan"):
+        runner.Runner(str(tmp_path), min_run_time=float("nan"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, module):
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("a good report")
+    done = cli("--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report), "--no-progress",
+               module=module) if module == "reports" else cli("--device", "cuda", "--out", str(tmp_path / "run"),
+                                                                module=module)
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and "allowed here: cpu" in done.stderr
+    assert (report / "index.html").read_text() == "a good report" and not os.path.exists(tmp_path / "run")
+
+
+def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
+    cuda_only = [("attention", {"seq_len": 128, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
+                                "device": "cuda"})]
+    run = measure(tmp_path / "run", cuda_only)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("a good report")
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA case runs here")
+    assert reports_main(["build", run, "--report", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert "no case was measured" in err and "skipped" in err and "left as it is" in err
+    assert (report / "index.html").read_text() == "a good report"
+
+
+def test_replacing_a_report_says_what_it_replaced(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "replaced" not in capsys.readouterr().err
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert f"replaced the report in {tmp_path / 'r'}" in err and run in err
+
+
+@pytest.mark.parametrize("make_bad", [
+    lambda p: p.write_text("a file") and str(p),  # --out is a file
+    lambda p: p.write_text("a file") and str(p / "sub"),  # its parent is a file
+])
+def test_an_output_path_that_cannot_be_a_folder_is_refused_before_measuring(tmp_path, capsys, make_bad):
+    bad = make_bad(tmp_path / "taken")
+    for module in ("reports", "benchmarks.runner", "benchmarks.profile"):
+        extra = ["--set", "quick"] if module == "benchmarks.profile" else ["--grid", "quick", "--no-progress"]
+        code, err = in_process(capsys, "--out", bad, *extra, module=module)
+        assert code == 2 and bad in err and "--out" in err, err
+    assert (tmp_path / "taken").read_text() == "a file"
+    code, err = in_process(capsys, "--report", str(tmp_path / "taken" / "r"), "--out", str(tmp_path / "run"),
+                           "--no-progress")
+    assert code == 2 and "--report" in err and not os.path.exists(tmp_path / "run" / "cases")
+
+
+def test_a_folder_that_cannot_be_written_is_refused(tmp_path, capsys):
+    unwritable = "/proc/attention-bench-run"  # not writable, not even by root
+    code, err = in_process(capsys, "--out", unwritable, "--no-progress", module="benchmarks.runner")
+    assert code == 2 and f"--out {unwritable!r}: cannot write there" in err
+
+
+def test_csv_to_a_missing_folder_is_a_clear_error(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    assert reports_main(["csv", run, "--out", "/nonexistent/dir/x.csv"]) == 2
+    assert "the folder '/nonexistent/dir' does not exist" in capsys.readouterr().err
+    assert reports_main(["csv", run, "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
+    cuda_models = [("models", {**PLAN[0][1], "device": "cuda"})]
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA case runs here")
+    t = tidy.load([measure(tmp_path / "run", cuda_models + [("depth", {"model": "transformer", "preset": "tiny",
+                                                                         "mode": "forward", "seq_len": 8})])])
+    c1 = analyses.analyse_sequence_length(t)
+    assert "all 3 cases of the models area were run and none was measured" in c1.verdict
+    assert "skipped" in c1.verdict and "CUDA" in c1.verdict
+    assert analyses.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."

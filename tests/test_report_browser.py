@@ -36,7 +36,7 @@ def report(tmp_path_factory):
 
 def section_keys(report):
     table = tidy.load([os.path.join(os.path.dirname(report), "..", "run")])
-    return ["claims", "summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "machine", "history"]
+    return ["claims", "summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "runs", "machine", "history"]
 
 
 def test_report_folder_is_self_contained(report):

@@ -1,0 +1,72 @@
+"""Checks the command lines run before anything is measured: a bad value gets an error naming it and what
+is allowed, while nothing has been spent or written yet.
+
+    seconds          an argparse type: a finite number of seconds > 0 (NaN or inf would hang a timing loop)
+    writable_folder  a folder results or a report can be written into (created if missing)
+    writable_file    a file path whose folder exists and is writable
+    check_devices    the devices asked for exist on this machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+
+
+def seconds(text: str) -> float:
+    """argparse ``type=``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def check_seconds(name: str, value: float) -> float:
+    """The same check for the Python API: raise ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def writable_folder(path: str, what: str) -> str:
+    """Create ``path`` if needed and prove that a file can be written in it; else ValueError saying which
+    path (``what``: the option or role, e.g. "--out") and why."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a file, not a folder; give a folder (it is created if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{what} {path!r}: cannot write there ({error.strerror or error})") from None
+    return path
+
+
+def writable_file(path: str, what: str) -> str:
+    """``path`` may be (over)written: not a folder, and its folder exists and takes a new file."""
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: the folder {folder!r} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{what} {path!r}: cannot write in {folder!r} ({error.strerror or error})") from None
+    return path
+
+
+def check_devices(devices) -> None:
+    """Each device asked for by name is on this machine: asking for CUDA without one is an error before
+    anything runs (a grid of skipped cases would look like a run that measured nothing)."""
+    import torch
+
+    if devices and "cuda" in devices and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False); "
+                         "allowed here: cpu")
