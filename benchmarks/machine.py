@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import socket
+import sys
 import tempfile
 
 import torch
@@ -149,9 +150,22 @@ def write_json_atomic(path: str, data) -> None:
 def asv_metadata_path() -> str | None:
     """Where an asv run records this machine's metadata: ``.asv/metadata/<env>-<host>.json`` next to
     asv's own results (asv's results JSON has no field for torch/CUDA/GPU facts). The facts belong to
-    the machine and the environment, not to a commit; the latest run's file wins."""
+    the machine and the environment, not to a commit; the latest run's file wins.
+
+    asv's own virtualenvs set ``ASV_CONF_DIR`` and ``ASV_ENV_NAME``; ``asv run -E existing`` sets
+    neither (asv 0.6.6 runs an existing environment's benchmarks with the caller's environment
+    variables only). Then the configuration is the ``asv.conf.json`` next to this suite's folder, and
+    the environment's name is the one asv gives an existing Python: ``existing-py`` and its path with
+    the separators replaced by ``_``. None outside asv."""
     conf = os.environ.get("ASV_CONF_DIR")
+    env = os.environ.get("ASV_ENV_NAME")
     if not conf:
-        return None
-    env = os.environ.get("ASV_ENV_NAME", "env")
-    return os.path.join(conf, ".asv", "metadata", f"{env}-{socket.gethostname()}.json")
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if not os.path.exists(os.path.join(here, "asv.conf.json")):
+            return None
+        conf, env = here, env or "existing-py" + sys.executable.replace(os.path.sep, "_")
+    from asv.util import load_json  # asv.conf.json may hold comments; only asv calls this
+
+    results = load_json(os.path.join(conf, "asv.conf.json"), js_comments=True).get("results_dir", "results")
+    folder = os.path.join(os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), "metadata")
+    return os.path.join(folder, f"{env or 'env'}-{socket.gethostname()}.json")
