@@ -154,18 +154,25 @@ def asv_metadata_path() -> str | None:
 
     asv's own virtualenvs set ``ASV_CONF_DIR`` and ``ASV_ENV_NAME``; ``asv run -E existing`` sets
     neither (asv 0.6.6 runs an existing environment's benchmarks with the caller's environment
-    variables only). Then the configuration is the ``asv.conf.json`` next to this suite's folder, and
+    variables only). Then this process is asv's runner script (``asv/benchmark.py <mode>
+    <benchmark_dir> ...``), the configuration is the ``asv.conf.json`` above the benchmark folder, and
     the environment's name is the one asv gives an existing Python: ``existing-py`` and its path with
-    the separators replaced by ``_``. None outside asv."""
+    the separators replaced by ``_``. None outside asv (pytest calling ``setup_cache`` writes nothing)."""
     conf = os.environ.get("ASV_CONF_DIR")
     env = os.environ.get("ASV_ENV_NAME")
     if not conf:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        if not os.path.exists(os.path.join(here, "asv.conf.json")):
+        argv = sys.argv
+        if not (len(argv) >= 3 and os.path.basename(argv[0]) == "benchmark.py"
+                and os.path.basename(os.path.dirname(argv[0])) == "asv"):
             return None
-        conf, env = here, env or "existing-py" + sys.executable.replace(os.path.sep, "_")
+        conf = os.path.dirname(os.path.abspath(argv[2]))
+        if not os.path.exists(os.path.join(conf, "asv.conf.json")):
+            return None
+        env = env or "existing-py" + sys.executable.replace(os.path.sep, "_")
     from asv.util import load_json  # asv.conf.json may hold comments; only asv calls this
 
-    results = load_json(os.path.join(conf, "asv.conf.json"), js_comments=True).get("results_dir", "results")
+    path = os.path.join(conf, "asv.conf.json")
+    # this suite's asv.conf.json puts the results in .asv/results
+    results = load_json(path, js_comments=True).get("results_dir", "results") if os.path.exists(path) else ".asv/results"
     folder = os.path.join(os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), "metadata")
     return os.path.join(folder, f"{env or 'env'}-{socket.gethostname()}.json")
