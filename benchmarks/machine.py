@@ -17,6 +17,7 @@ import re
 import socket
 import sys
 import tempfile
+import time
 
 import torch
 import torch.utils.benchmark as tbench
@@ -145,6 +146,35 @@ def write_json_atomic(path: str, data) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+class UnreadableRecord(ValueError):
+    """A result file that is not the JSON object it should be (cut short, overwritten, empty)."""
+
+
+def read_json(path: str) -> dict:
+    """A record written by ``write_json_atomic``; UnreadableRecord naming the file if it is not one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise UnreadableRecord(f"{path}: not a JSON record ({type(error).__name__}: {error})") from None
+    if not isinstance(data, dict):
+        raise UnreadableRecord(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
+    return data
+
+
+def set_aside(path: str, folder: str) -> str:
+    """Move an unreadable record into ``folder`` (created if missing), keeping it for inspection under a
+    name that never overwrites an earlier one; returns its new path."""
+    os.makedirs(folder, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    dest = os.path.join(folder, f"{os.path.basename(path)}.{stamp}")
+    n = 1
+    while os.path.exists(dest):
+        dest, n = os.path.join(folder, f"{os.path.basename(path)}.{stamp}.{n}"), n + 1
+    os.replace(path, dest)
+    return dest
 
 
 def asv_metadata_path() -> str | None:

@@ -6,7 +6,8 @@ code as asv's tracks (``benchmarks.measure``). Each case's records are written a
 finishes, atomically, one JSON file per (area, method, params) under ``<out>/cases/``; a second run
 into the same folder resumes, skipping what is there. A case that cannot run on this machine is
 recorded as ``skipped``, one that runs out of memory as ``oom`` and any other error as ``failed``,
-each with its reason; the sweep goes on.
+each with its reason; the sweep goes on. A record that cannot be read (cut short, say) is moved to
+``<out>/set-aside/``, named in the run's summary, and its case is measured again.
 
     python -m benchmarks.runner --grid quick --out results/runs/mine
 """
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Iterable
 
 import torch
@@ -29,6 +30,8 @@ import torch
 from . import cases, guards, machine, measure
 
 STATUSES = ("ok", "skipped", "oom", "failed")
+#: a timed case whose spread (IQR over median) passes this is flagged noisy in the summary and on the page
+NOISY = 0.10
 
 
 def case_key(area: str, method: str, params: dict) -> str:
@@ -102,29 +105,39 @@ class Runner:
         # a record without a commit is still a measurement: reports label it by its folder and date
         self.commit_error = None if self.commit else git_head()[1]
         self.name = name or socket.gethostname()  # the machine's label in reports
+        self.set_aside: list[str] = []  # unreadable records moved out of the way by this run
+        self.records: list[dict] = []  # the records this run wrote
 
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
 
+    def _read(self, path: str) -> dict | None:
+        """A record, or None after setting an unreadable one aside (and saying so)."""
+        try:
+            return machine.read_json(path)
+        except machine.UnreadableRecord as error:
+            moved = machine.set_aside(path, os.path.join(self.out, "set-aside"))
+            self.set_aside.append(moved)
+            print(f"warning: {error}; set aside as {moved}, measured again", file=sys.stderr)
+            return None
+
     def done(self, area: str, params: dict) -> bool:
         """Whether every method of the case already has a record of this commit (a resumed run skips it;
-        a record of another commit is measured again)."""
+        a record of another commit, or one that cannot be read, is measured again)."""
         for method in cases.METHODS[area]:
             path = self.path(case_key(area, method, params))
             if not os.path.exists(path):
                 return False
-            with open(path) as f:
-                if json.load(f).get("commit") != self.commit:
-                    return False
+            record = self._read(path)
+            if record is None or record.get("commit") != self.commit:
+                return False
         return True
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                saved = json.load(f)
-            if saved.get("commit") == self.commit and set(saved["gemm_peaks"]) >= {
-                    machine.peak_key("cpu", "float32", t) for t in threads}:
+        saved = self._read(path) if os.path.exists(path) else None
+        if saved is not None and saved.get("commit") == self.commit and isinstance(saved.get("gemm_peaks"), dict):
+            if set(saved["gemm_peaks"]) >= {machine.peak_key("cpu", "float32", t) for t in threads}:
                 return saved["gemm_peaks"]
         peaks = machine.calibrate(threads)
         machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "commit": self.commit,
@@ -185,8 +198,39 @@ class Runner:
                 bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
                 for record in self.run_case(area, params, peaks):
                     counts[record["status"]] += 1
+                    self.records.append(record)
                     bar.update(1)
         return counts
+
+    def summary(self, counts: dict[str, int]) -> str:
+        """The run on one screen: what was measured, skipped (why), out of memory, failed (why), noisy,
+        set aside, and where the results are."""
+        return summary(self.out, self.records, counts, self.set_aside)
+
+
+def _why(records: list[dict], limit: int = 3) -> str:
+    reasons = Counter(r["reason"] for r in records)
+    told = [f"{n} × {reason}" for reason, n in reasons.most_common(limit)]
+    return "; ".join(told) + (f"; {len(reasons) - limit} other reasons" if len(reasons) > limit else "")
+
+
+def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: list[str]) -> str:
+    """See Runner.summary; ``records``: those this run wrote."""
+    by = {s: [r for r in records if r["status"] == s] for s in STATUSES}
+    noisy = sorted((r["time_iqr_s"] / r["time_median_s"], case_key(r["area"], r["method"], r["params"]))
+                   for r in by["ok"] if r.get("time_median_s") and r.get("time_iqr_s") is not None
+                   and r["time_iqr_s"] / r["time_median_s"] > NOISY)[::-1]
+    lines = [f"Run summary ({out})",
+             f"  measured       {counts.get('ok', 0)}",
+             f"  resumed        {counts.get('resumed', 0)} cases already recorded at this commit"]
+    for status, label in (("skipped", "skipped"), ("oom", "out of memory"), ("failed", "failed")):
+        lines.append(f"  {label:14s} {counts.get(status, 0)}" + (f": {_why(by[status])}" if by[status] else ""))
+    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}"
+                 + (": " + ", ".join(f"{key} ({rel:.0%})" for rel, key in noisy[:3]) if noisy else "")
+                 + (f", and {len(noisy) - 3} more" if len(noisy) > 3 else ""))
+    lines.append(f"  set aside      {len(set_aside)}" + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
+    lines.append(f"  results in     {out} (machine.json, cases/)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     counts = runner.run(todo, progress=not args.no_progress)
-    print(f"{args.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print(runner.summary(counts))
     return 0
 
 

@@ -75,7 +75,7 @@ def measure(args) -> int:
         return 2
     print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}", file=sys.stderr)
     counts = r.run(todo, progress=not args.no_progress)
-    print(f"measured: " + ", ".join(f"{k} {v}" for k, v in counts.items()), file=sys.stderr)
+    print(r.summary(counts), file=sys.stderr)
     if not args.no_profile:
         from benchmarks import profile
 

@@ -587,6 +587,18 @@ def noise(t: pd.DataFrame) -> pd.DataFrame:
         ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
 
 
+def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
+    """Every timed case whose IQR over median passes the runner's NOISY threshold, noisiest first."""
+    from benchmarks.runner import NOISY
+
+    rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
+    rows = rows.assign(relative_iqr=rows.iqr / rows.value)
+    rows = rows[rows.relative_iqr > NOISY].sort_values("relative_iqr", ascending=False)
+    axes = [c for c in tidy.PARAMS if rows[c].notna().any()]
+    return rows[["machine", "area", "method", *axes, "value", "relative_iqr"]].rename(
+        columns={"value": "median s"}).reset_index(drop=True)
+
+
 def analyses_in_order():
     """Every per-machine analysis, in the report's order; those marked True also read the profiles."""
     from . import depth, profiling, softmax_scale

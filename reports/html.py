@@ -13,6 +13,8 @@ import os
 import jinja2
 import pandas as pd
 
+from benchmarks.runner import NOISY
+
 from . import analyses, claims, figures, profiling
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
@@ -147,14 +149,16 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     status = table[table.metric == "time"].groupby(["area", "method", "status"]).size().unstack("status", fill_value=0)
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
-    counts = table[table.metric == "time"].status.value_counts().to_dict()
+    counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         machine_names=list(dict.fromkeys(table.machine.dropna())),
         commits=sorted(set(runs.commit)), runs_table=_html(runs),
-        counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed")},
+        counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed", "unreadable")},
+        noisy_table=_html(analyses.noisy_cases(table)) if not analyses.noisy_cases(table).empty else None,
+        noisy_threshold=f"{NOISY:.0%}",
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
         axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),

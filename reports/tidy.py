@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import glob
 import itertools
-import json
 import os
 from collections.abc import Iterable
 
@@ -56,9 +55,24 @@ def _facts(meta: dict | None) -> dict:
     return {k: meta.get(k) for k in MACHINE_FACTS}
 
 
-def _read(path: str):
-    with open(path) as f:
-        return json.load(f)
+def _read(path: str) -> dict:
+    from benchmarks.machine import read_json
+
+    return read_json(path)
+
+
+def _params_from_key(name: str) -> tuple[str, str, dict]:
+    """(area, method, params) from a record's file name (``runner.case_key``), for a record that cannot
+    be read: its row still says which case it was."""
+    area, method, *pairs = name.removesuffix(".json").split("--")
+    params = {}
+    for pair in pairs:
+        k, _, v = pair.partition("=")
+        try:
+            params[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            params[k] = v
+    return area, method, {k: v for k, v in params.items() if k in PARAMS}
 
 
 # -- the in-process runner ------------------------------------------------------------------------
@@ -69,6 +83,8 @@ def from_runner(folder: str) -> pd.DataFrame:
     if not os.path.exists(meta_path):
         raise FileNotFoundError(f"{folder!r} is not a runner output folder: it has no machine.json")
     saved = _read(meta_path)
+    if not isinstance(saved.get("machine"), dict) or not isinstance(saved.get("gemm_peaks"), dict):
+        raise ValueError(f"{meta_path}: not a runner machine record (no 'machine' or 'gemm_peaks')")
     meta = saved["machine"]
     base = {"source": "runner", "run": os.path.normpath(folder), "machine": saved.get("name") or meta["hostname"],
             "commit": saved.get("commit"), "env": f"torch {meta['torch']}", **_facts(meta),
@@ -81,7 +97,15 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "dtype": dtype, "threads": None if device == "cuda" else
                      meta["torch_threads"] if threads == "default" else int(threads)})
     for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
-        rows.extend(_runner_rows(_read(path), base))
+        try:
+            rows.extend(_runner_rows(_read(path), base))
+        except (ValueError, KeyError, TypeError) as error:  # one bad file never hides the others
+            area, method, params = _params_from_key(os.path.basename(path))
+            why = str(error) if isinstance(error, ValueError) else f"{path}: missing or wrong field {error}"
+            rows.append({**base, **params, "area": area, "method": method, "status": "unreadable",
+                         "reason": f"{why}; a run into this folder sets it aside and measures the case again",
+                         "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
+                         "value": float("nan")})
     return _frame(rows)
 
 

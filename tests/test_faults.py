@@ -396,3 +396,58 @@ def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_rea
     assert written == [f"existing-py{sys.executable.replace(os.sep, '_')}-{machine.metadata()['hostname']}.json"]
     t = tidy.load([str(project / ".asv" / "results")])
     assert set(t.torch) == {torch.__version__} and set(t.machine) == {"box"}
+
+
+# -- corrupt records, empty folders (items 7, 8) and the end-of-run summary ---------------------------
+
+def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_remeasured(tmp_path, fake_peaks,
+                                                                                          capsys):
+    run = measure(tmp_path / "run")
+    cut = sorted((tmp_path / "run" / "cases").iterdir())[0]
+    whole = cut.read_text()
+    cut.write_text(whole[: len(whole) // 2])
+    t = tidy.load([run])  # the report reads the rest and names the bad file
+    bad = t[t.status == "unreadable"]
+    assert len(bad) == 1 and cut.name in bad.reason.iloc[0] and "JSONDecodeError" in bad.reason.iloc[0]
+    assert bad.area.iloc[0] == "models" and bad.seq_len.iloc[0] == 16  # which case, from the file name
+    assert (t.status == "ok").sum() > 0
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "1 unreadable records skipped" in open(tmp_path / "r" / "index.html").read()
+    capsys.readouterr()
+
+    r = runner.Runner(run, min_run_time=0.01, name="vm")
+    counts = r.run(PLAN, progress=False)  # resuming sets it aside and measures that case again
+    assert counts["resumed"] == 1 and counts["ok"] == 3
+    assert runner.machine.read_json(str(cut))["status"] == "ok"
+    kept = os.listdir(tmp_path / "run" / "set-aside")
+    assert len(kept) == 1 and (tmp_path / "run" / "set-aside" / kept[0]).read_text() == whole[: len(whole) // 2]
+    text = r.summary(counts)
+    assert "set aside      1 unreadable records" in text and f"results in     {run}" in text
+    assert cut.name in capsys.readouterr().err
+
+
+def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_report(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    (tmp_path / "run" / "machine.json").write_text("{")
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 2
+    assert "machine.json: not a JSON record" in capsys.readouterr().err
+    runner.Runner(run, min_run_time=0.01, name="vm").run(PLAN, progress=False)
+    assert runner.machine.read_json(str(tmp_path / "run" / "machine.json"))["gemm_peaks"]
+
+
+def test_a_folder_interrupted_after_calibration_gets_a_one_line_error(tmp_path, fake_peaks, capsys):
+    r = runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="vm")
+    r.calibrate([1])  # machine.json written, no case yet
+    assert reports_main(["build", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no case was measured (no case records)") and "Traceback" not in err
+
+
+def test_the_run_summary_names_skips_failures_and_noisy_cases():
+    ok = {"area": "models", "method": "forward", "params": {"seq_len": 16}, "status": "ok", "reason": None,
+          "time_median_s": 1.0, "time_iqr_s": 0.5}
+    skipped = {**ok, "status": "skipped", "reason": "needs a CUDA device"}
+    failed = {**ok, "status": "failed", "reason": "RuntimeError: boom"}
+    text = runner.summary("out", [ok, skipped, skipped, failed], {"ok": 1, "skipped": 2, "failed": 1}, [])
+    assert "skipped        2: 2 × needs a CUDA device" in text and "failed         1: 1 × RuntimeError: boom" in text
+    assert "noisy          1 with IQR/median > 10%: models--forward--seq_len=16 (50%)" in text
