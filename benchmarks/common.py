@@ -42,8 +42,15 @@ class _CaseBenchmark:
             if self.case.threads is not None:
                 torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
             self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
-        except torch.OutOfMemoryError as error:  # a size that does not fit is skipped, not crashed
-            raise cases.Skip(f"out of memory: {str(error).splitlines()[0]}") from error
+        except Exception as error:
+            if not measure.is_oom(error):
+                raise
+            # one rule with the runner: out of memory on any device (torch.OutOfMemoryError on a GPU, the
+            # CPU allocator's RuntimeError) is recorded as out of memory with its parameters, and the run goes
+            # on. asv can only skip, so the reason goes into a sidecar that reports.tidy joins back.
+            reason = str(error).splitlines()[0]
+            machine.record_asv_oom(type(self).__name__, params, reason)
+            raise cases.Skip(f"out of memory: {reason}") from error
 
     def time_forward(self, peaks, *params):
         self.case.forward()

@@ -177,6 +177,19 @@ def set_aside(path: str, folder: str) -> str:
     return dest
 
 
+def record_asv_oom(benchmark_class: str, params: tuple, reason: str) -> str | None:
+    """Inside asv: record that ``benchmark_class`` ran out of memory at ``params`` (asv records only a
+    skip), as ``.asv/oom/<env>/<class>--<params>.json`` next to the metadata; None outside asv."""
+    where = asv_location()
+    if where is None:
+        return None
+    key = "--".join([benchmark_class, *(re.sub(r"[^\w.=-]", "_", repr(p)) for p in params)])
+    path = os.path.join(where[0], "oom", where[1], key + ".json")
+    write_json_atomic(path, {"class": benchmark_class, "params": [repr(p) for p in params], "reason": reason,
+                             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    return path
+
+
 def asv_metadata_path() -> str | None:
     """Where an asv run records this machine's metadata: ``.asv/metadata/<env>-<host>.json`` next to
     asv's own results (asv's results JSON has no field for torch/CUDA/GPU facts). The facts belong to
@@ -188,6 +201,13 @@ def asv_metadata_path() -> str | None:
     <benchmark_dir> ...``), the configuration is the ``asv.conf.json`` above the benchmark folder, and
     the environment's name is the one asv gives an existing Python: ``existing-py`` and its path with
     the separators replaced by ``_``. None outside asv (pytest calling ``setup_cache`` writes nothing)."""
+    where = asv_location()
+    return None if where is None else os.path.join(where[0], "metadata", f"{where[1]}-{socket.gethostname()}.json")
+
+
+def asv_location() -> tuple[str, str] | None:
+    """Inside an asv benchmark process: (the folder that holds asv's results folder, the environment's
+    name), see ``asv_metadata_path``; None outside asv."""
     conf = os.environ.get("ASV_CONF_DIR")
     env = os.environ.get("ASV_ENV_NAME")
     if not conf:
@@ -204,5 +224,4 @@ def asv_metadata_path() -> str | None:
     path = os.path.join(conf, "asv.conf.json")
     # this suite's asv.conf.json puts the results in .asv/results
     results = load_json(path, js_comments=True).get("results_dir", "results") if os.path.exists(path) else ".asv/results"
-    folder = os.path.join(os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), "metadata")
-    return os.path.join(folder, f"{env or 'env'}-{socket.gethostname()}.json")
+    return os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), env or "env"

@@ -101,3 +101,9 @@ def graph_metrics(case: Prepared) -> dict:
     graph = opgraph.record(fn)
     return {"sequential_depth": graph.depth, "op_launches": graph.launches, "tokens": tokens,
             "matmul_flops": work.matmul_total, "counted_matmul_flops": graph.matmul_flops}
+
+
+def is_oom(error: BaseException) -> bool:
+    """Out of memory on any device: torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
+    return isinstance(error, torch.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and ("out of memory" in str(error) or "can't allocate memory" in str(error)))

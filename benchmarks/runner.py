@@ -79,15 +79,10 @@ def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] |
     return out
 
 
-def is_oom(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or (
-        isinstance(error, RuntimeError) and ("out of memory" in str(error) or "can't allocate memory" in str(error)))
-
-
 def _failure(error: BaseException) -> tuple[str, str]:
     if isinstance(error, cases.Skip):
         return "skipped", str(error)
-    if is_oom(error):
+    if measure.is_oom(error):
         return "oom", str(error).splitlines()[0]
     return "failed", "".join(traceback.format_exception_only(type(error), error)).strip()
 

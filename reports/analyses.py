@@ -587,6 +587,25 @@ def noise(t: pd.DataFrame) -> pd.DataFrame:
         ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
 
 
+def _case_columns(rows: pd.DataFrame, *extra: str) -> pd.DataFrame:
+    axes = [c for c in tidy.PARAMS if rows[c].notna().any()]
+    return rows[["machine", "area", "method", *axes, *extra]].reset_index(drop=True)
+
+
+def memory_limits(t: pd.DataFrame) -> pd.DataFrame:
+    """Where memory ran out: every out-of-memory case with its parameters, next to the largest sequence
+    length measured on the same machine, area and device (the limit lies between the two)."""
+    timed = t[t.metric == "time"]
+    oom = timed[timed.status == "oom"]
+    if oom.empty:
+        return pd.DataFrame()
+    ok = timed[timed.status == "ok"]
+    largest = ok.groupby(["machine", "area", ok.device.fillna("cpu")]).seq_len.max()
+    fits = [largest.get((m, a, d if isinstance(d, str) else "cpu"), pd.NA)
+            for m, a, d in zip(oom.machine, oom.area, oom.device)]
+    return _case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
+
+
 def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case whose IQR over median passes the runner's NOISY threshold, noisiest first."""
     from benchmarks.runner import NOISY
@@ -594,9 +613,7 @@ def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
     rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
     rows = rows.assign(relative_iqr=rows.iqr / rows.value)
     rows = rows[rows.relative_iqr > NOISY].sort_values("relative_iqr", ascending=False)
-    axes = [c for c in tidy.PARAMS if rows[c].notna().any()]
-    return rows[["machine", "area", "method", *axes, "value", "relative_iqr"]].rename(
-        columns={"value": "median s"}).reset_index(drop=True)
+    return _case_columns(rows, "value", "relative_iqr").rename(columns={"value": "median s"})
 
 
 def analyses_in_order():

@@ -159,6 +159,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed", "unreadable")},
         noisy_table=_html(analyses.noisy_cases(table)) if not analyses.noisy_cases(table).empty else None,
         noisy_threshold=f"{NOISY:.0%}",
+        memory_table=_html(analyses.memory_limits(table)) if not analyses.memory_limits(table).empty else None,
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
         axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),

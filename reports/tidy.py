@@ -177,6 +177,20 @@ def _asv_metadata(results_dir: str, env: str, machine: str) -> dict | None:
     return None
 
 
+def _asv_ooms(results_dir: str, env: str) -> dict[tuple, str]:
+    """(benchmark class, parameter strings) -> reason, for the cases an asv run recorded as out of memory
+    (``benchmarks.machine.record_asv_oom``): asv itself stores them as plain skips."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(results_dir)), "oom", env)
+    out = {}
+    for path in glob.glob(os.path.join(glob.escape(folder), "*.json")):
+        try:
+            rec = _read(path)
+            out[(rec["class"], tuple(rec["params"]))] = rec["reason"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a broken sidecar only loses the reason: the case stays a skip
+    return out
+
+
 def from_asv(results_dir: str) -> pd.DataFrame:
     """Rows from asv's results directory (every machine, commit and environment in it)."""
     from asv.results import iter_results
@@ -189,6 +203,7 @@ def from_asv(results_dir: str) -> pd.DataFrame:
         meta = _asv_metadata(results_dir, res.env_name, machine) or {
             "cpu_model": res.params.get("cpu"), "cpu_count": int(res.params.get("num_cpu") or 0) or None,
             "torch": res.params.get("torch")}
+        ooms = _asv_ooms(results_dir, res.env_name)
         base = {"source": "asv", "run": f"{os.path.normpath(results_dir)} @ {res.commit_hash[:8]} {res.env_name}",
                 "machine": machine, "commit": res.commit_hash, "env": res.env_name,
                 "date": pd.Timestamp(max(res.started_at.values()), unit="ms", tz="UTC") if res.started_at else pd.NaT,
@@ -206,9 +221,11 @@ def from_asv(results_dir: str) -> pd.DataFrame:
             for combo, value, stat in zip(itertools.product(*params), values, stats):
                 p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
                 ok = value is not None and value == value
+                oom = None if ok else ooms.get((cls, tuple(combo)))
                 row = {**base, **p, "area": areas[cls], "method": method, "metric": metric,
                        "unit": UNITS.get(metric), "value": value if ok else float("nan"),
-                       "status": "ok" if ok else "skipped", "reason": None if ok else "asv: skipped or failed"}
+                       "status": "ok" if ok else "oom" if oom else "skipped",
+                       "reason": None if ok else oom or "asv: skipped or failed"}
                 if metric == "time" and stat:
                     row.update(q25=stat.get("q_25"), q75=stat.get("q_75"))
                     if row["q25"] is not None and row["q75"] is not None:

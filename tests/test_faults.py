@@ -451,3 +451,58 @@ def test_the_run_summary_names_skips_failures_and_noisy_cases():
     text = runner.summary("out", [ok, skipped, skipped, failed], {"ok": 1, "skipped": 2, "failed": 1}, [])
     assert "skipped        2: 2 × needs a CUDA device" in text and "failed         1: 1 × RuntimeError: boom" in text
     assert "noisy          1 with IQR/median > 10%: models--forward--seq_len=16 (50%)" in text
+
+
+# -- out of memory: one rule for the runner and asv (item 6) -----------------------------------------
+
+def test_a_cpu_out_of_memory_under_asv_is_recorded_as_out_of_memory(tmp_path, monkeypatch):
+    from benchmarks import bench_multihead, cases
+    from test_tidy import write_asv_results
+
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "results_dir": ".asv/results"}')
+    monkeypatch.setenv("ASV_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("ASV_ENV_NAME", "virtualenv-py3.11-torch2.13.0")
+
+    def build(area, values):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 68719476736 bytes")
+
+    monkeypatch.setattr(cases, "build", build)
+    monkeypatch.setattr(cases, "on_grid", lambda area, values: True)
+    bench = bench_multihead.MultiHeadAttention()
+    with pytest.raises(cases.Skip, match="out of memory: .*can't allocate memory"):
+        bench.setup({}, 1, "batched", True, "cuda")  # asv then records a skip: no value
+    root = str(tmp_path / ".asv" / "results")
+    write_asv_results(root)  # its (h 1, batched, W_O, cuda) case has no value, as asv stores a skip
+    t = tidy.load([root])
+    row = t[(t.metric == "time") & (t.heads == 1) & (t.device == "cuda")].iloc[0]
+    assert row.status == "oom" and "can't allocate memory" in row.reason
+    assert t[(t.metric == "time") & (t.heads == 8) & (t.device == "cuda")].status.iloc[0] == "skipped"
+
+
+def test_a_cpu_out_of_memory_in_the_runner_is_recorded_and_the_run_goes_on(tmp_path, fake_peaks, monkeypatch):
+    from benchmarks import cases
+
+    real = cases.build
+
+    def build(area, params):
+        if params["model"] == "transformer":
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return real(area, params)
+
+    monkeypatch.setattr(cases, "build", build)
+    r = runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="vm")
+    counts = r.run(PLAN, progress=False)
+    assert counts["oom"] == 3 and counts["ok"] == 3  # the RNN case still measured
+    assert "out of memory  3: 3 × DefaultCPUAllocator: can't allocate memory" in r.summary(counts)
+
+
+def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
+    run = measure(tmp_path / "run")
+    oom = {"area": "models", "method": "forward", "status": "oom", "reason": "DefaultCPUAllocator: can't allocate memory",
+           "params": {**PLAN[0][1], "seq_len": 4096}, "commit": runner.commit(), "started_at": None}
+    machine.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
+    limits = analyses.memory_limits(tidy.load([run]))
+    assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
