@@ -18,7 +18,13 @@ import torch.utils.benchmark as tbench
 
 from . import opgraph, telemetry
 from .cases import Prepared, Skip
-from .machine import using_threads
+from .machine import gemm_flops_per_s, using_threads
+
+#: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
+#: seconds just before and just after the method, at the method's thread count. A shared machine's
+#: slow and fast moments move both alike, so time x control / (the run's median control) is steadier
+#: from run to run than the raw time (reports.tidy: metric ``time_normalised``).
+CONTROL_SIZE, CONTROL_TIME = 256, 0.01
 
 
 @dataclass
@@ -71,7 +77,10 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
         return graph_metrics(case)
     with using_threads(case.threads):
         fn()  # warm-up under the thread count being measured
+        control = case.device == "cpu"
+        before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
         timing = blocked_timing(fn, min_run_time)
+        after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
         record: dict[str, Any] = {
             "time_median_s": timing.median, "time_q25_s": timing.q25, "time_q75_s": timing.q75,
             "time_iqr_s": timing.iqr, "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
@@ -79,6 +88,7 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
             "tokens": tokens, "matmul_flops": work.matmul_total, "other_flops": work.other_total,
             "achieved_flops_per_s": work.matmul_total / timing.median,
             "tokens_per_s": tokens / timing.median,
+            "control_flops_per_s": (before * after) ** 0.5 if control else None,
         }
         if peak is not None:
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)

@@ -144,7 +144,8 @@ class Runner:
         record = {"area": area, "method": method, "params": params, "status": status, "reason": reason,
                   "commit": self.commit, "machine": self.name,
                   "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-                  "duration_s": time.time() - started, "min_run_time": self.min_run_time, **(metrics or {})}
+                  "duration_s": time.time() - started, "min_run_time": self.min_run_time,
+                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None, **(metrics or {})}
         machine.write_json_atomic(self.path(case_key(area, method, params)), record)
         return record
 
@@ -180,14 +181,22 @@ class Runner:
         from tqdm import tqdm
 
         threads = sorted({p["threads"] for a, p in todo if "threads" in p})
+        busy = machine_busy()
+        if busy:
+            print(f"warning: {busy}", file=sys.stderr)
         peaks = self.calibrate(threads)
         counts = dict.fromkeys(STATUSES, 0)
         remaining = [(a, p) for a, p in todo if not self.done(a, p)]
         counts["resumed"] = len(todo) - len(remaining)
         # progress in timed methods, not cases: each method costs at least min_run_time, so the time left
         # that tqdm estimates follows the work left
-        bar = tqdm(total=sum(len(cases.METHODS[a]) for a, _ in remaining), desc="measuring", unit="method",
-                   disable=not progress, file=sys.stderr)
+        methods = sum(len(cases.METHODS[a]) for a, _ in remaining)
+        if progress:  # the header counts what the bar counts
+            print(f"{len(todo)} cases: {counts['resumed']} already recorded, {len(remaining)} to measure "
+                  f"({methods} methods, at least {self.min_run_time:g} s of timing each)", file=sys.stderr)
+        # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
+        # and second-long methods, so a moving rate swings the time left several-fold)
+        bar = tqdm(total=methods, desc="measuring", unit="method", disable=not progress, file=sys.stderr, smoothing=0)
         with bar:
             for area, params in remaining:
                 bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
@@ -201,6 +210,39 @@ class Runner:
         """The run on one screen: what was measured, skipped (why), out of memory, failed (why), noisy,
         set aside, and where the results are."""
         return summary(self.out, self.records, counts, self.set_aside)
+
+
+#: other processes using more than this share of the cores (while this one waits) make a busy machine
+BUSY_SHARE = 0.5
+
+
+def cpu_busy(seconds: float = 0.5) -> float | None:
+    """Share of all cores in use over the next ``seconds`` (Linux /proc/stat), while this process sleeps:
+    what others are using now. None where /proc/stat is not there."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def machine_busy() -> str | None:
+    """A sentence when the machine is already busy as a run starts (others use more than BUSY_SHARE of
+    the cores, measured over half a second; the load average lags a minute behind and would flag the
+    run that just ended), else None: times measured now will be slower and noisier."""
+    busy = cpu_busy()
+    if busy is None or busy <= BUSY_SHARE:
+        return None
+    cores = os.cpu_count() or 1
+    return (f"this machine is already busy (other processes use {busy:.0%} of its {cores} cores); times "
+            f"measured now are slower and noisier: wait for it to quieten, or compare normalised times")
 
 
 def _why(records: list[dict], limit: int = 3) -> str:

@@ -7,6 +7,7 @@
     python -m reports compare PATH PATH... print the machines side by side (and write the report)
     python -m reports csv PATH... --out F  export the tidy table as CSV
     python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
+    python -m reports measured F.json      the README's "Measured here" block from a saved report.json
 """
 
 from __future__ import annotations
@@ -93,6 +94,22 @@ def build(args) -> int:
     return 0
 
 
+def _print_agreement(table) -> None:
+    """For each machine with several runs: how far each run's times are from its predecessor's, raw and
+    normalised by the interleaved control GEMM (reports.noise)."""
+    from . import analyses, noise
+    from .html import MISSING, displayable
+
+    keys = analyses.run_key(table)
+    for machine, g in table.groupby("machine"):
+        runs = list(g.date.groupby(keys[g.index]).max().sort_values().index)
+        for first, second in zip(runs, runs[1:]):
+            agree = noise.agreement(table, first, second)
+            if not agree.empty:
+                print(f"\n{machine}: {second} against {first}, |second/first - 1| over the cases both timed "
+                      f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
+
+
 def compare(args) -> int:
     from . import analyses, tidy
 
@@ -101,11 +118,14 @@ def compare(args) -> int:
     if runs < 2:
         raise ValueError(f"compare needs two runs or more; {' and '.join(map(repr, args.paths))} hold"
                          f" {runs}. To report on one run: python -m reports build PATH")
+    _print_agreement(table)
     table = analyses.one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
     a = analyses.analyse_hardware(table)
     print(a.verdict)
+    from .html import MISSING, displayable
+
     for name, df in a.tables.items():
-        print(f"\n{name}:\n{df.to_string()}")
+        print(f"\n{name}:\n{displayable(df).to_string(na_rep=MISSING)}")
     print(os.path.abspath(_report(args.paths, args.report, table=table)))
     return 0
 
@@ -114,6 +134,13 @@ def print_claims(args) -> int:
     from . import claims
 
     print(claims.markdown(), end="")
+    return 0
+
+
+def print_measured(args) -> int:
+    from . import measured
+
+    print(measured.markdown(measured.load(args.record), args.record), end="")
     return 0
 
 
@@ -152,13 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare", parents=[common], help="compare machines' results")
     c.add_argument("paths", nargs="+")
     sub.add_parser("claims", help="print the claims the suite tests (docs/CLAIMS.md)")
+    m = sub.add_parser("measured", help="the README's 'Measured here' block from a saved report.json")
+    m.add_argument("record", help="a report's report.json, kept under docs/measured/")
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")
     e.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     try:
         return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,
-                "claims": print_claims}[args.command](args)
+                "claims": print_claims, "measured": print_measured}[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ REPORT_RECORD = "report.json"
 TABLE_UNITS = {"time": "seconds per call (median)", "wo": "seconds per call (median); W_O cost = with/without",
                "achieved": "matmul FLOP/s", "speedup": "× over one thread", "efficiency": "speed-up / threads",
                "work": "FLOPs per call; score matrix in bytes", "exponents": "fitted power-law exponents",
-               "crossover": "sequence length n (tokens)", "throughput": "tokens/s",
+               "crossover": "sequence length n (tokens); — where the curves do not cross in n_range", "throughput": "tokens/s",
                "factors": "time ratio = FLOP/s ratio ÷ FLOP ratio (Transformer over width-matched RNN)",
                "components": "seconds per call per component; memory held at the peak in bytes"}
 
@@ -44,8 +44,30 @@ def _caption(analysis_key: str, name: str) -> str:
     return TABLE_UNITS.get(name.split("_")[0], "")
 
 
+#: what a table shows where it has no value (NaN, None, pandas' <NA>): a dash, explained by its caption
+MISSING = "—"
+
+
+def displayable(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every missing cell (None, <NA>, NaN, NaT) outside float columns turned into MISSING;
+    float columns keep their dtype (and their number format), their NaN shown as MISSING by the writer."""
+    out = df.copy()
+    for column in out.columns:
+        if not pd.api.types.is_float_dtype(out[column]):
+            values = out[column].astype(object)
+            out[column] = values.where(values.notna(), MISSING)
+    if isinstance(out.index, pd.MultiIndex):  # a case's axes: levels that are all missing say nothing
+        levels = [i for i in range(out.index.nlevels) if pd.Series(out.index.get_level_values(i)).notna().any()]
+        out.index = pd.MultiIndex.from_arrays(
+            [[MISSING if pd.isna(v) else v for v in out.index.get_level_values(i)] for i in levels],
+            names=[out.index.names[i] for i in levels]) if levels else pd.RangeIndex(len(out))
+    elif out.index.hasnans:
+        out.index = [MISSING if pd.isna(v) else v for v in out.index]
+    return out
+
+
 def _html(df: pd.DataFrame, float_format="{:.4g}".format) -> str:
-    return df.to_html(float_format=float_format, na_rep="—", border=0)
+    return displayable(df).to_html(float_format=float_format, na_rep=MISSING, border=0)
 
 
 def _machines(t: pd.DataFrame) -> pd.DataFrame:
@@ -113,6 +135,13 @@ def _profile_links(records: list[dict], out: str) -> list[dict]:
     return links
 
 
+def _plain(v):
+    """A JSON-safe scalar: numpy and pandas scalars to Python, missing to None."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
 def describe(out: str) -> str | None:
     """What the report already in folder ``out`` was built from (its ``report.json``), or None if there is
     no report there."""
@@ -169,7 +198,13 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
 
     write_json_atomic(os.path.join(out, REPORT_RECORD), {
         "generated": dt.datetime.now().isoformat(timespec="seconds"), "inputs": inputs or sorted(set(table.run.dropna())),
-        "counts": {k: int(v) for k, v in counts.items()}})
+        "counts": {k: int(v) for k, v in counts.items()},
+        "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
+                  "analysed": row.analysed} for r, row in runs.iterrows()],
+        "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
+        "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict,
+                      "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
+                     for a in results]})
     path = os.path.join(out, "index.html")
     with open(path + ".tmp", "w") as f:
         f.write(page)

@@ -27,7 +27,7 @@ UNITS = {
     "gemm_peak_flops_per_s": "FLOP/s", "gpu_peak_memory_bytes": "bytes", "gpu_power_w": "W",
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
-    "counted_matmul_flops": "FLOP",
+    "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
 }
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")
@@ -96,9 +96,11 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
                      "dtype": dtype, "threads": None if device == "cuda" else
                      meta["torch_threads"] if threads == "default" else int(threads)})
+    records = []
     for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
         try:
-            rows.extend(_runner_rows(_read(path), base))
+            records.append(_read(path))
+            rows.extend(_runner_rows(records[-1], base))
         except (ValueError, KeyError, TypeError) as error:  # one bad file never hides the others
             area, method, params = _params_from_key(os.path.basename(path))
             why = str(error) if isinstance(error, ValueError) else f"{path}: missing or wrong field {error}"
@@ -106,7 +108,34 @@ def from_runner(folder: str) -> pd.DataFrame:
                          "reason": f"{why}; a run into this folder sets it aside and measures the case again",
                          "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
                          "value": float("nan")})
-    return _frame(rows)
+    return _frame(rows + _normalised(records, base))
+
+
+#: neighbouring controls (in time order) whose median stands for the machine's speed at one case: a single
+#: 10 ms control is itself noisy (18-166 GFLOP/s within one run on a 2-core VM), the drift it is meant to
+#: catch is slower than one case
+CONTROL_WINDOW = 15
+
+
+def _normalised(records: list[dict], base: dict) -> list[dict]:
+    """``time_normalised`` rows: each time x the machine's speed around it / its typical speed over the run,
+    at the same thread count. Speed: the interleaved control GEMM (benchmarks.measure.CONTROL_SIZE), as
+    the median of the CONTROL_WINDOW controls nearest in time; typical: the run's median control. The time
+    the case would have taken had the machine run at its typical speed for this run."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("control_flops_per_s") and r.get("time_median_s")]
+    if not ok:
+        return []
+    frame = pd.DataFrame({"threads": [r.get("threads") for r in ok], "control": [r["control_flops_per_s"] for r in ok],
+                          "started": [r.get("started_at") or "" for r in ok]}).sort_values("started", kind="stable")
+    speed = frame.groupby("threads").control.transform(
+        lambda c: c.rolling(CONTROL_WINDOW, center=True, min_periods=1).median())
+    factors = (speed / frame.groupby("threads").control.transform("median")).sort_index()
+    out = []
+    for r, factor in zip(ok, factors):
+        row = next(x for x in _runner_rows(r, base) if x["metric"] == "time")
+        out.append({**row, "metric": "time_normalised", "value": row["value"] * factor, "q25": row["q25"] * factor,
+                    "q75": row["q75"] * factor, "iqr": row["iqr"] * factor})
+    return out
 
 
 def _runner_rows(rec: dict, base: dict) -> list[dict]:

@@ -60,3 +60,15 @@ def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
         assert f.read() == page, "docs/CLAIMS.md is stale: python -m reports claims > docs/CLAIMS.md"
     for c in claims.CLAIMS:
         assert c.claim in page
+
+
+def test_the_readmes_measured_figures_are_generated_from_the_saved_run_it_names():
+    from reports import measured
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    with open(os.path.join(root, "README.md")) as f:
+        block = measured.readme_block(f.read())
+    name = block.split("[`", 1)[1].split("`]", 1)[0]  # the saved run the block names
+    record = measured.load(os.path.join(root, name))
+    assert block == measured.markdown(record, name), f"README is stale: python -m reports measured {name}"
+    assert any(a["verdict"] and a["conditions"] for a in record["analyses"])

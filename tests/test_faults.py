@@ -8,6 +8,8 @@ a non-zero exit code, and no result file that was there before changed or lost.
 from __future__ import annotations
 
 import math
+import statistics
+import time
 
 import pytest
 import torch
@@ -506,3 +508,79 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
     assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
+
+
+# -- tables never show NaN, None or <NA> (item 14) ------------------------------------------------------
+
+def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peaks, capsys):
+    import re
+
+    from reports import html
+
+    frame = pd.DataFrame({"n": pd.array([1, None], dtype="Int64"), "name": ["a", None], "x": [1.5, float("nan")],
+                          "when": pd.to_datetime(["2026-01-01", None])})
+    cells = re.findall(r"<td>([^<]*)</td>", html._html(frame))
+    assert cells == ["1", "a", "1.5", "2026-01-01 00:00:00", "—", "—", "—", "—"]
+    a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
+    assert reports_main(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    page = open(tmp_path / "r" / "index.html").read()
+    for text in (out, page):
+        assert not re.search(r"\bNaN\b|<NA>|&lt;NA&gt;|\bNone\b|\bNaT\b", text.replace("No ", "")), text
+
+
+# -- noise: interleaved control, normalised times, busy machine, noisy cases (item 16) --------------------
+
+def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_peaks):
+    from reports import noise
+
+    a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
+    recs = [machine.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
+    timed = [r for r in recs if r["status"] == "ok" and "time_median_s" in r]
+    assert timed and all(r["control_flops_per_s"] > 0 and r["load_average"] is not None for r in timed)
+    t = tidy.load([a, b])
+    raw, norm = (t[(t.metric == m) & (t.run == os.path.normpath(a))].set_index(["area", "method", "model"]).value
+                 for m in ("time", "time_normalised"))
+    assert len(raw) == len(norm) and set(raw.index) == set(norm.index)
+    assert (norm / raw[norm.index]).between(0.1, 10).all()
+    agree = noise.agreement(t, os.path.normpath(a), os.path.normpath(b))
+    assert set(agree.index) <= {"time", "time_normalised"} and (agree.worst_gap >= agree.median_gap).all()
+
+
+def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):
+    import threading
+
+    assert 0 <= runner.cpu_busy(0.2) <= 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(runner, "cpu_busy", lambda seconds=0.5: 0.93)
+    measure(tmp_path / "run", PLAN[:1])
+    assert "already busy (other processes use 93% of its 1 cores)" in capsys.readouterr().err
+    monkeypatch.undo()
+    stop = time.time() + 1.0
+    spinners = [threading.Thread(target=lambda: [0 for _ in iter(lambda: time.time() > stop, True)])
+                for _ in range(os.cpu_count() or 1)]
+    for s in spinners:  # a real busy machine, from this process (threads run while it sleeps)
+        s.start()
+    measured = runner.cpu_busy(0.5)
+    for s in spinners:
+        s.join()
+    assert measured > 0.3  # Python threads share one core at a time: at least one core is busy
+
+
+def test_normalised_times_follow_the_machines_drift_not_one_noisy_control():
+    base = {"source": "runner", "run": "r", "machine": "vm", "commit": None}
+
+    def record(i, control):
+        return {"area": "models", "method": "forward", "params": {"seq_len": i}, "status": "ok", "reason": None,
+                "started_at": f"2026-12-04T{i // 60:02d}:{i % 60:02d}:00", "threads": 2, "time_median_s": 1.0, "time_q25_s": 1.0,
+                "time_q75_s": 1.0, "time_iqr_s": 0.0, "control_flops_per_s": control}
+
+    # the machine runs at full speed (100) for 40 cases, then at half speed (50) for 40: a slow drift,
+    # with one control that misread (5) in the middle of the fast half
+    controls = [100.0] * 40 + [50.0] * 40
+    controls[20] = 5.0
+    rows = tidy._normalised([record(i, c) for i, c in enumerate(controls)], base)
+    factor = {r["seq_len"]: r["value"] for r in rows}
+    typical = statistics.median(controls)  # the run's typical speed
+    assert factor[5] == pytest.approx(100 / typical) and factor[70] == pytest.approx(50 / typical)
+    assert factor[20] == pytest.approx(100 / typical)  # the misread control is outvoted by its neighbours

