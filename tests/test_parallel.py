@@ -1,0 +1,109 @@
+"""Head-parallel attention on 2 gloo ranks (torch.multiprocessing): the same weights give the same output
+and the same gradients as the single-process module, for both ways of combining the heads, for the
+encoder layer, with and without masks; bad input gets a clear error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from transformer import MultiHeadAttention
+from transformer.layers import EncoderLayer
+from transformer.parallel import HeadParallelEncoderLayer, HeadParallelMultiHeadAttention
+
+WORLD = 2
+
+
+def _init(rank, store):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    torch.manual_seed(0)  # the same single-device module and inputs on every rank
+
+
+def _grads(module, x):
+    return {n: p.grad.clone() for n, p in module.named_parameters()}, x.grad.clone()
+
+
+def _mha_case(rank, store):
+    _init(rank, store)
+    try:
+        for strategy in ("sdpa", "batched"):
+            single = MultiHeadAttention(16, 4, strategy=strategy)
+            x = torch.randn(3, 5, 16)
+            padding = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 4 + [True]])
+            for combine in ("allreduce", "allgather"):
+                par = HeadParallelMultiHeadAttention.from_single(single, combine)
+                assert par.local_heads == 2
+                for kwargs in ({}, {"key_padding_mask": padding}, {"causal": True}):
+                    xs, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+                    single.zero_grad(), par.zero_grad()
+                    ref, out = single(xs, **kwargs), par(xp, **kwargs)
+                    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+                    (ref ** 2).sum().backward()
+                    (out ** 2).sum().backward()
+                    torch.testing.assert_close(xp.grad, xs.grad, atol=1e-5, rtol=1e-5)  # the input's, all-reduced
+                    rows, d = par.head_slice, 16
+                    g = single.in_proj_weight.grad
+                    torch.testing.assert_close(par.in_proj_weight.grad,
+                                               torch.cat([g[j * d:(j + 1) * d][rows] for j in range(3)]),
+                                               atol=1e-5, rtol=1e-5)
+                    wo = single.out_proj.weight.grad
+                    torch.testing.assert_close(par.out_proj_weight.grad, wo[:, rows] if combine == "allreduce" else wo,
+                                               atol=1e-5, rtol=1e-5)
+                    torch.testing.assert_close(par.out_proj_bias.grad, single.out_proj.bias.grad, atol=1e-5, rtol=1e-5)
+            # cross-attention: queries of one length, keys and values of another
+            par = HeadParallelMultiHeadAttention.from_single(single, "allgather")
+            mem = torch.randn(3, 7, 16)
+            torch.testing.assert_close(par(x, mem, mem), single(x, mem, mem), atol=1e-5, rtol=1e-5)
+    finally:
+        dist.destroy_process_group()
+
+
+def _layer_case(rank, store):
+    _init(rank, store)
+    try:
+        for norm_first in (False, True):
+            single = EncoderLayer(16, 4, 32, norm_first=norm_first)
+            x = torch.randn(2, 6, 16)
+            padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+            for combine in ("allreduce", "allgather"):
+                par = HeadParallelEncoderLayer.from_single(single, combine)
+                xs, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+                single.zero_grad()
+                ref, out = single(xs, padding), par(xp, padding)
+                torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+                ref.sum().backward()
+                out.sum().backward()
+                torch.testing.assert_close(xp.grad, xs.grad, atol=1e-5, rtol=1e-5)
+                units = slice(rank * 16, (rank + 1) * 16)
+                torch.testing.assert_close(par.ffn.w1.grad, single.ffn.linear1.weight.grad[units], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(par.ffn.w2.grad, single.ffn.linear2.weight.grad[:, units],
+                                           atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(par.norm1.weight.grad, single.norm1.weight.grad, atol=1e-5, rtol=1e-5)
+    finally:
+        dist.destroy_process_group()
+
+
+def _bad_input_case(rank, store):
+    _init(rank, store)
+    try:
+        with pytest.raises(ValueError, match="num_heads=3 is not divisible by the world size 2"):
+            HeadParallelMultiHeadAttention(15, 3)
+        with pytest.raises(ValueError, match="unknown combine 'concat'"):
+            HeadParallelMultiHeadAttention(16, 4, combine="concat")
+        with pytest.raises(ValueError, match="d_ff=33 is not divisible by the world size 2"):
+            HeadParallelEncoderLayer.from_single(EncoderLayer(16, 4, 33))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("case", [_mha_case, _layer_case, _bad_input_case], ids=["mha", "encoder_layer", "bad_input"])
+def test_two_gloo_ranks_match_the_single_process_module(case, tmp_path):
+    mp.start_processes(case, args=(str(tmp_path / "store"),), nprocs=WORLD, start_method="spawn")
+
+
+def test_without_a_process_group_the_error_says_so():
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="need torch.distributed initialised"):
+        HeadParallelMultiHeadAttention(16, 4)
