@@ -91,6 +91,17 @@ LAYER_BATCH, LAYER_HEADS = 4, 8
 GENERATE_STEPS = 16
 
 
+#: The head-parallel cases (benchmarks.distributed, launched with torchrun): the module split over the
+#: ranks, how the heads are combined, and the problem. Strong scaling holds a case fixed while the
+#: ranks grow; weak scaling compares h heads on 1 rank with h x ranks heads on that many.
+PARALLEL_GRIDS: dict[str, dict[str, list]] = {
+    "quick": {"layer": ["attention"], "combine": ["allreduce", "allgather"], "heads": [4, 8], "seq_len": [64],
+              "d_model": [64], "batch": [2]},
+    "default": {"layer": ["attention", "encoder_layer"], "combine": ["allreduce", "allgather"], "heads": [8, 16],
+                "seq_len": [128, 512], "d_model": [512], "batch": [4]},
+}
+
+
 def active_grid() -> str:
     name = os.environ.get("ATTENTION_BENCH_GRID", "quick")
     if name not in GRIDS:

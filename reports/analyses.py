@@ -618,10 +618,10 @@ def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
 
 def analyses_in_order():
     """Every per-machine analysis, in the report's order; those marked True also read the profiles."""
-    from . import depth, profiling, softmax_scale
+    from . import depth, parallel, profiling, softmax_scale
 
     return [(analyse_sequence_length, True), (analyse_generation, False), (depth.analyse_depth, False),
-            (analyse_threads, False), (analyse_roofline, False), (analyse_heads, True),
+            (analyse_threads, False), (analyse_roofline, False), (analyse_heads, True), (parallel.analyse_parallel, False),
             (lambda t: softmax_scale.analyse_softmax_scaling(), False), (analyse_table1, False),
             (lambda t, p: profiling.analyse_profiles(p), True)]
 

@@ -31,7 +31,8 @@ CLAIMS = (
     Claim("C3", "The h heads are independent, so they parallelise trivially; concatenation is free when each head "
                 "writes at its offset.",
           "Vaswani et al. 2017, section 3.2.2", "heads batched in one kernel vs one at a time vs the fused kernel; "
-          "which component's time grows with h", ("c3_heads",)),
+          "which component's time grows with h; the heads split over ranks with torch.distributed, strong and "
+          "weak scaling and the communication's share", ("c3_heads", "c3_parallel")),
     Claim("C4", "One large attention and many small heads cost the same FLOPs; multi-head even adds a linear layer "
                 "(W_O), so it costs more.",
           "Vaswani et al. 2017, section 3.2.2 (“the total computational cost is similar”) and Table 3 row (A)",

@@ -117,6 +117,16 @@ def _figure(a: Analysis, name: str, table: pd.DataFrame):
         ax.plot(p, p if name == "speedup" else np.ones_like(p), color="grey", linestyle=":", label="ideal")
         ax.legend(fontsize=8)
         return fig
+    if a.key == "c3_parallel" and name == "strong_scaling":
+        fig, ax = plt.subplots(figsize=SIZE)
+        flat = table.reset_index()
+        for (layer, combine, h, n), g in flat.groupby(["layer", "combine", "heads", "seq_len"]):
+            g = g.sort_values("ranks")
+            ax.plot([1, *g.ranks], [1.0, *g.speedup], marker="o", label=f"{layer} {combine} h {h} n {n}")
+        top = int(flat.ranks.max())
+        ax.plot([1, top], [1, top], color="grey", linestyle=":", label="ideal")
+        return _finish(fig, ax, "ranks", "speed-up over one rank (×)", "Heads split over ranks: strong scaling",
+                       legend_size=6)
     if a.key == "c2_roofline" and name.startswith("achieved_"):
         device = name.removeprefix("achieved_")
         peak = a.numbers.get(f"gemm_peak_{device}")

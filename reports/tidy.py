@@ -28,18 +28,19 @@ UNITS = {
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
     "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
+    "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes",
 }
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
-                | {"threads"})
+                | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
-INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count"]
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks"]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

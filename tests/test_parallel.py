@@ -4,6 +4,10 @@ encoder layer, with and without masks; bad input gets a clear error."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -107,3 +111,46 @@ def test_without_a_process_group_the_error_says_so():
     assert not dist.is_initialized()
     with pytest.raises(RuntimeError, match="need torch.distributed initialised"):
         HeadParallelMultiHeadAttention(16, 4)
+
+
+# -- the measurements over ranks (benchmarks.distributed under torchrun) --------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def torchrun(ranks, *args):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                           "--master_port", str(29500 + ranks + os.getpid() % 1000), "-m", "benchmarks.distributed",
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_scaling(tmp_path):
+    from reports import parallel, tidy
+
+    out = str(tmp_path / "run")
+    for ranks in (1, 2):
+        done = torchrun(ranks, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"{ranks} ranks (gloo): ok 4" in done.stdout
+    t = tidy.load([out])
+    rows = t[(t.area == "parallel") & (t.metric == "time")]
+    assert len(rows) == 8 and set(rows.ranks) == {1, 2} and set(rows.backend) == {"gloo"}
+    assert set(rows["combine"]) == {"allreduce", "allgather"} and (rows.status == "ok").all()
+    moved = t[(t.metric == "comm_bytes") & (t.ranks == 2)].set_index("combine").value
+    b, n, d = 2, 64, 64  # the quick grid: ring all-reduce moves 2(w-1)/w of the output, all-gather (w-1) slices
+    assert moved["allreduce"].max() == 2 * (2 - 1) / 2 * b * n * d * 4 and moved["allgather"].max() == b * n * (d // 2) * 4
+    assert (t[(t.metric == "comm_bytes") & (t.ranks == 1)].value == 0).all()
+    a = parallel.analyse_parallel(t)
+    assert not a.missing and len(a.tables["strong_scaling"]) == 4 and len(a.tables["weak_scaling"]) == 2
+    assert "On 2 ranks against one" in a.verdict and "shared one machine's" in a.verdict
+
+
+def test_bad_launches_are_clear_errors(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "launch with torchrun" in done.stderr
+    if not torch.cuda.is_available():
+        done = torchrun(1, "--backend", "nccl", "--out", str(tmp_path))
+        assert done.returncode != 0 and "--backend nccl needs a CUDA device" in done.stderr
+    done = torchrun(1, "--grid", "huge", "--out", str(tmp_path))
+    assert done.returncode != 0 and "unknown grid 'huge'" in done.stderr

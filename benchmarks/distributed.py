@@ -1,0 +1,215 @@
+"""Head-parallel attention measured over ranks: what splitting the heads costs and what it buys.
+
+    torchrun --nproc_per_node=1 -m benchmarks.distributed --out results/runs/<machine>-parallel
+    torchrun --nproc_per_node=2 -m benchmarks.distributed --out results/runs/<machine>-parallel
+    # across machines: torchrun --nnodes=2 --node_rank=<0|1> --rdzv_backend=c10d \\
+    #                  --rdzv_endpoint=<host>:29500 --nproc_per_node=1 -m benchmarks.distributed ...
+
+Each case of ``cases.PARALLEL_GRIDS`` (layer: one attention or a whole encoder layer; how the heads are
+combined; heads, n, d_model, batch) is built from the same seeded single-device module on every rank
+and split with ``transformer.parallel``. Every rank then runs the same number of calls in lockstep:
+
+- ``time``: the head-parallel forward, end to end (the slowest rank's median);
+- ``compute_s``: the same forward with the collectives left out (each rank's share of the work);
+- ``comm_s``: the collectives alone, on tensors of the shapes the forward sends; ``comm_bytes``: what
+  they carry per rank (all-reduce of the output; all-gather of the heads), ``comm_share`` = comm/time.
+
+Rank 0 writes one record per case into the run folder (``<out>/cases/parallel--forward--...json``,
+with ``ranks``, ``backend`` and ``combine`` among its parameters), so runs at different rank counts
+share a folder and ``reports build`` sets them side by side (strong scaling: the same case over ranks;
+weak scaling: h heads on 1 rank against h x ranks heads on that many). gloo on CPUs, NCCL on GPUs (one
+rank per GPU). Each rank gets cores / local ranks threads, so a run at any rank count uses the same
+cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import cases, guards
+
+AREA = "parallel"
+
+
+def init(backend: str | None) -> tuple[str, torch.device]:
+    """Join torchrun's process group; (backend, this rank's device). Errors name the value and what is allowed."""
+    if "RANK" not in os.environ:
+        raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR): launch with "
+                         "torchrun --nproc_per_node=N -m benchmarks.distributed ...")
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; allowed: 'gloo' (CPU), 'nccl' (GPU)")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("--backend nccl needs a CUDA device; this machine has none (use gloo)")
+    if not dist.is_backend_available(backend):
+        raise ValueError(f"torch.distributed backend {backend!r} is not available in this torch build")
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:  # the same cores at every rank count: each rank a share of them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    dist.init_process_group(backend)
+    return backend, device
+
+
+def plan(grid: str) -> list[dict]:
+    if grid not in cases.PARALLEL_GRIDS:
+        raise ValueError(f"unknown grid {grid!r}; allowed: {', '.join(cases.PARALLEL_GRIDS)}")
+    axes = cases.PARALLEL_GRIDS[grid]
+    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+
+
+@contextlib.contextmanager
+def local_only():
+    """The head-parallel modules without their collectives: each rank's share of the compute alone (the
+    all-reduce becomes the identity, the all-gather repeats the local slice to the full width)."""
+    from transformer import parallel
+
+    saved = parallel._reduce_from_ranks, parallel._gather_from_ranks, parallel._copy_to_ranks
+    parallel._reduce_from_ranks = lambda x, group: x
+    parallel._gather_from_ranks = lambda x, group: x.repeat(*([1] * (x.dim() - 1)), dist.get_world_size(group))
+    parallel._copy_to_ranks = lambda x, group: x
+    try:
+        yield
+    finally:
+        parallel._reduce_from_ranks, parallel._gather_from_ranks, parallel._copy_to_ranks = saved
+
+
+def build(params: dict, device: torch.device):
+    """(head-parallel module, input, [(collective, tensor shape)] its forward sends)."""
+    from transformer import MultiHeadAttention
+    from transformer.layers import EncoderLayer
+    from transformer.parallel import HeadParallelEncoderLayer, HeadParallelMultiHeadAttention
+
+    torch.manual_seed(0)
+    d, h, world = params["d_model"], params["heads"], dist.get_world_size()
+    x = torch.randn(params["batch"], params["seq_len"], d, device=device)
+    out_shape = tuple(x.shape)
+    heads_shape = (*x.shape[:-1], d // world)
+    attention = [("all_reduce", out_shape)] if params["combine"] == "allreduce" else [("all_gather", heads_shape)]
+    if params["layer"] == "attention":
+        single = MultiHeadAttention(d, h, strategy="sdpa", device=device)
+        return HeadParallelMultiHeadAttention.from_single(single, params["combine"]).eval(), x, attention
+    single = EncoderLayer(d, h, 4 * d, device=device)
+    return HeadParallelEncoderLayer.from_single(single, params["combine"]).eval(), x, attention + [("all_reduce", out_shape)]
+
+
+def collectives(sends: list[tuple[str, tuple]], device) -> tuple[callable, int]:
+    """A function that runs the forward's collectives alone, and the bytes they carry per rank."""
+    world = dist.get_world_size()
+    tensors = [(op, torch.randn(shape, device=device)) for op, shape in sends]
+    outs = {id(t): [torch.empty_like(t) for _ in range(world)] for op, t in tensors if op == "all_gather"}
+
+    def run():
+        for op, t in tensors:
+            if op == "all_reduce":
+                dist.all_reduce(t)
+            else:
+                dist.all_gather(outs[id(t)], t)
+
+    # per rank, as NCCL's and gloo's ring algorithms move them: all-reduce 2(w-1)/w of the payload,
+    # all-gather (w-1) slices of the output
+    moved = sum((2 * (world - 1) / world) * t.numel() * t.element_size() if op == "all_reduce"
+                else (world - 1) * t.numel() * t.element_size() for op, t in tensors)
+    return run, int(moved)
+
+
+def lockstep_median(fn, device, min_run_time: float, repeats: int = 5) -> float:
+    """Median seconds per call over ``repeats`` blocks; every rank runs the same number of calls (rank 0's
+    choice, broadcast), so that collectives inside ``fn`` always meet."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    fn(), sync()
+    dist.barrier()
+    start = time.perf_counter()
+    fn(), sync()
+    probe = [max(1, int(min_run_time / repeats / max(time.perf_counter() - start, 1e-6)))]
+    dist.broadcast_object_list(probe, src=0)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(probe[0]):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / probe[0])
+    return statistics.median(times)
+
+
+def slowest(values: list[float], device) -> list[float]:
+    """Each value's maximum over the ranks: a parallel step takes as long as its slowest rank."""
+    t = torch.tensor(values, dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def measure_case(params: dict, device, min_run_time: float) -> dict:
+    module, x, sends = build(params, device)
+    with torch.no_grad():
+        total = lockstep_median(lambda: module(x), device, min_run_time)
+        with local_only():
+            compute = lockstep_median(lambda: module(x), device, min_run_time)
+        comm_fn, moved = collectives(sends, device)
+        comm = lockstep_median(comm_fn, device, min_run_time)
+    total, compute, comm = slowest([total, compute, comm], device)
+    tokens = params["batch"] * params["seq_len"]
+    return {"time_median_s": total, "time_q25_s": total, "time_q75_s": total, "time_iqr_s": 0.0,
+            "compute_s": compute, "comm_s": comm, "comm_share": comm / total, "comm_bytes": moved,
+            "tokens": tokens, "tokens_per_s": tokens / total, "threads": torch.get_num_threads()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .runner import Runner, _failure
+
+    parser = argparse.ArgumentParser(prog="torchrun ... -m benchmarks.distributed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="default", help=f"one of {', '.join(cases.PARALLEL_GRIDS)}")
+    parser.add_argument("--out", default="results/runs/parallel", help="run folder (shared by every rank count)")
+    parser.add_argument("--backend", help="gloo (CPU, the default without a GPU) or nccl (GPU)")
+    parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
+    parser.add_argument("--min-run-time", type=guards.seconds, default=0.5, help="seconds of timing per measurement")
+    args = parser.parse_args(argv)
+    try:
+        todo = plan(args.grid)
+        backend, device = init(args.backend)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    rank, world = dist.get_rank(), dist.get_world_size()
+    runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine) if rank == 0 else None
+    if runner is not None:
+        runner.calibrate([])
+    counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0}
+    for params in todo:
+        record_params = {**params, "ranks": world, "backend": backend, "device": device.type}
+        started = time.time()
+        if params["heads"] % world or params["d_model"] % params["heads"]:
+            status, reason, metrics = "skipped", f"heads={params['heads']} do not split over {world} ranks", None
+        else:
+            try:
+                metrics, status, reason = measure_case(params, device, args.min_run_time), "ok", None
+            except Exception as error:  # a rank that fails here fails alone: the others stop at the barrier
+                status, reason = _failure(error)
+                metrics = None
+                print(f"rank {rank}: {record_params}: {status}: {reason}", file=sys.stderr)
+                raise
+        counts[status] += 1
+        if runner is not None:
+            runner._write(AREA, "forward", record_params, status, reason, started, metrics)
+    dist.barrier()
+    if rank == 0:
+        print(f"{args.out}: {world} ranks ({backend}): " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

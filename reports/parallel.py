@@ -1,0 +1,96 @@
+"""C3 beyond one device: the heads split over ranks (benchmarks.distributed), strong and weak scaling,
+and what the communication costs.
+
+Strong scaling holds a case (layer, combine, h, n, d_model, batch) fixed and compares its time on w
+ranks with its time on one; weak scaling compares h heads on one rank with h·w heads on w ranks (the
+same heads per rank). The communication share is the collectives' time alone over the end-to-end
+time. Two ranks on a machine whose cores they share cannot show a compute gain: each rank then has
+half the threads one rank had, so the verdict says so when that is the setting.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .analyses import Analysis, _ok, not_measured
+
+CASE = ["layer", "combine", "heads", "seq_len", "d_model", "batch", "backend", "device"]
+
+
+def analyse_parallel(t: pd.DataFrame) -> Analysis:
+    a = Analysis("c3_parallel", "Heads split over ranks: strong and weak scaling, communication", "C3", "")
+    times = _ok(t, "parallel", "time")
+    if times.empty:
+        return a.without("no parallel results", not_measured(t, "parallel", "head-parallel") + (
+            " Measure it with torchrun --nproc_per_node=N -m benchmarks.distributed --out <run>, for N = 1 and more."))
+    metrics = _ok(t, "parallel", "comm_share").set_index(CASE + ["ranks"]).value
+    per = times.set_index(CASE + ["ranks"]).value
+    ranks = sorted(per.index.get_level_values("ranks").unique())
+    a.conditions = _conditions(times)
+    if len(ranks) < 2 or 1 not in ranks:
+        return a.without("a one-rank run and a run on more ranks", (
+            f"Only {ranks} rank(s) measured; scaling needs the same grid at 1 rank and at more "
+            f"(torchrun --nproc_per_node=1 and =2 into the same folder)."))
+    strong = []
+    for key, g in per.groupby(level=CASE):
+        base = g.xs(1, level="ranks")
+        for w, v in g.droplevel(CASE).items():
+            if w > 1:
+                share = metrics.get((*key, w))
+                strong.append({**dict(zip(CASE, key)), "ranks": w, "time_1_rank_s": float(base.iloc[0]),
+                               "time_s": v, "speedup": float(base.iloc[0]) / v, "comm_share": share})
+    strong = pd.DataFrame(strong)
+    a.tables["strong_scaling"] = strong.set_index(CASE + ["ranks"])
+    weak = []
+    for (layer, combine, n, d, b, backend, device), g in per.groupby(
+            level=["layer", "combine", "seq_len", "d_model", "batch", "backend", "device"]):
+        at = g.droplevel(["layer", "combine", "seq_len", "d_model", "batch", "backend", "device"])
+        for (h, w), v in at.items():
+            if w > 1 and (h // w, 1) in at.index:
+                weak.append({"layer": layer, "combine": combine, "seq_len": n, "heads_per_rank": h // w, "ranks": w,
+                             "efficiency": float(at[(h // w, 1)]) / v})
+    if weak:
+        a.tables["weak_scaling"] = pd.DataFrame(weak).set_index(["layer", "combine", "seq_len", "heads_per_rank", "ranks"])
+    w = max(ranks)
+    at_w = strong[strong.ranks == w]
+    best = at_w.loc[at_w.speedup.idxmax()]
+    a.numbers.update({f"median_speedup_{w}_ranks": float(at_w.speedup.median()), "best_speedup": float(best.speedup),
+                      "median_comm_share": float(at_w.comm_share.median())})
+    by_combine = at_w.groupby("combine").speedup.median()
+    sentences = [f"On {w} ranks against one, the median case runs {at_w.speedup.median():.2f}× as fast "
+                 f"({at_w.speedup.min():.2f}–{at_w.speedup.max():.2f}×); the best is {best['layer']} with {best['combine']}, "
+                 f"h {int(best.heads)}, n {int(best.seq_len)} ({best.speedup:.2f}×). Communication takes "
+                 f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
+                 f"{at_w.comm_share.max():.0%})."]
+    if len(by_combine) == 2:
+        sentences.append(f"Combining the heads by all-reduce after a row-parallel W_O gives a median speed-up of "
+                         f"{by_combine['allreduce']:.2f}×, by all-gather into the heads' offsets "
+                         f"{by_combine['allgather']:.2f}×.")
+    paying = strong.groupby("ranks").speedup.median()
+    stops = [int(r) for r, s in paying.items() if s < 1]
+    sentences.append(f"Adding ranks stops paying at {stops[0]} ranks (median speed-up below 1)." if stops else
+                     f"Adding ranks still paid at {w} ranks, the most measured.")
+    cores, threads = _cores_and_threads(times, w)
+    if cores is not None and threads is not None and threads * w <= cores and (times.device == "cpu").all():
+        sentences.append(f"These {w} ranks shared one machine's {cores} cores ({threads} {'thread' if threads == 1 else 'threads'} each, where one "
+                         f"rank had them all): splitting the heads adds no compute here, so a gain can only come "
+                         f"from processes beating threads, and every collective is pure cost. Ranks on separate "
+                         f"machines or GPUs are needed to see the compute shrink.")
+    a.verdict = f"{a.conditions}: " + " ".join(sentences)
+    return a
+
+
+def _conditions(rows: pd.DataFrame) -> str:
+    backends = "/".join(sorted(rows.backend.dropna().unique()))
+    devices = "/".join(sorted(rows.device.dropna().unique()))
+    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}), d_model "
+            f"{'/'.join(str(int(d)) for d in sorted(rows.d_model.dropna().unique()))}, batch "
+            f"{'/'.join(str(int(b)) for b in sorted(rows.batch.dropna().unique()))}, n = "
+            f"{int(rows.seq_len.min())}..{int(rows.seq_len.max())}, h = {int(rows.heads.min())}..{int(rows.heads.max())}, "
+            f"float32")
+
+
+def _cores_and_threads(rows: pd.DataFrame, ranks: int):
+    cores = rows.cpu_count.dropna()
+    threads = rows[rows.ranks == ranks].threads.dropna()
+    return (int(cores.iloc[0]) if len(cores) else None), (int(threads.iloc[0]) if len(threads) else None)
