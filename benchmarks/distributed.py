@@ -167,6 +167,35 @@ def measure_case(params: dict, device, min_run_time: float) -> dict:
             "tokens": tokens, "tokens_per_s": tokens / total, "threads": torch.get_num_threads()}
 
 
+def _spawned(rank: int, world: int, store: str, params: dict, min_run_time: float, result: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        metrics = measure_case(params, torch.device("cpu"), min_run_time)
+        if rank == 0:
+            from .machine import write_json_atomic
+
+            write_json_atomic(result, metrics)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_measure(params: dict, ranks: int, min_run_time: float = 0.2) -> dict:
+    """One case measured on ``ranks`` gloo processes started here (torch.multiprocessing, for asv, which
+    runs each benchmark in a process of its own); the metrics measure_case returns."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from .machine import read_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        mp.start_processes(_spawned, args=(ranks, os.path.join(tmp, "store"), params, min_run_time, result),
+                           nprocs=ranks, start_method="spawn")
+        return read_json(result)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .runner import Runner, _failure
 

@@ -10,6 +10,7 @@ each with its reason; the sweep goes on. A record that cannot be read (cut short
 ``<out>/set-aside/``, named in the run's summary, and its case is measured again.
 
     python -m benchmarks.runner --grid quick --out results/runs/mine
+    torchrun --nproc_per_node=N -m benchmarks.runner ...    the grid spread over N ranks (class Ranks)
 """
 
 from __future__ import annotations
@@ -145,7 +146,10 @@ class Runner:
                   "commit": self.commit, "machine": self.name,
                   "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
                   "duration_s": time.time() - started, "min_run_time": self.min_run_time,
-                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None, **(metrics or {})}
+                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                  # which of torchrun's ranks measured it (0 of 1 without torchrun)
+                  "rank": int(os.environ.get("RANK", 0)), "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+                  **(metrics or {})}
         machine.write_json_atomic(self.path(case_key(area, method, params)), record)
         return record
 
@@ -270,6 +274,46 @@ def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: li
     return "\n".join(lines)
 
 
+class Ranks:
+    """The grid spread over torchrun's ranks (one rank per machine or per GPU, so that ranks do not share
+    cores): each rank measures every world-th case from its rank on and writes its records into the same
+    folder (atomically, as always). Rank 0 measures the GEMM peaks first, the others read them. Without
+    torchrun (no RANK in the environment) there is one rank and nothing changes."""
+
+    def __init__(self):
+        self.rank, self.world, self.dist = 0, 1, None
+        if "RANK" in os.environ:
+            import torch.distributed as dist
+
+            if not dist.is_available() or not dist.is_backend_available("gloo"):
+                raise ValueError("torchrun asked for several ranks, but this torch build has no "
+                                 "torch.distributed gloo backend")
+            dist.init_process_group("gloo")
+            self.rank, self.world, self.dist = dist.get_rank(), dist.get_world_size(), dist
+
+    def share(self, todo: list) -> list:
+        return todo[self.rank::self.world]
+
+    def calibrate_first(self, runner: Runner, todo: list) -> None:
+        if self.dist is not None:
+            if self.rank == 0:
+                runner.calibrate(sorted({p["threads"] for a, p in todo if "threads" in p}))
+            self.dist.barrier()
+
+    def total(self, counts: dict[str, int]) -> dict[str, int]:
+        """Every rank's counts summed (on every rank); waits for all ranks to finish."""
+        if self.dist is None:
+            return counts
+        keys = sorted(counts)
+        t = torch.tensor([counts[k] for k in keys], dtype=torch.int64)
+        self.dist.all_reduce(t)
+        return dict(zip(keys, t.tolist()))
+
+    def close(self) -> None:
+        if self.dist is not None:
+            self.dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.runner", description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="quick", help=f"one of {', '.join(cases.GRIDS)} (default quick)")
@@ -284,10 +328,16 @@ def main(argv: list[str] | None = None) -> int:
         todo = plan(args.grid, args.area, args.device)
         guards.writable_folder(args.out, "--out")
         runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine)
+        ranks = Ranks()
     except ValueError as error:
         parser.error(str(error))
-    counts = runner.run(todo, progress=not args.no_progress)
-    print(runner.summary(counts))
+    ranks.calibrate_first(runner, todo)
+    counts = runner.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
+    print(("" if ranks.world == 1 else f"rank {ranks.rank} of {ranks.world}: ") + runner.summary(counts))
+    total = ranks.total(counts)
+    if ranks.world > 1 and ranks.rank == 0:
+        print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
+    ranks.close()
     return 0
 
 

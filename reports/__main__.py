@@ -74,9 +74,17 @@ def measure(args) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}", file=sys.stderr)
-    counts = r.run(todo, progress=not args.no_progress)
+    ranks = runner.Ranks()  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
+    print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}"
+          + (f", rank {ranks.rank} of {ranks.world}: {len(ranks.share(todo))} cases" if ranks.world > 1 else ""),
+          file=sys.stderr)
+    ranks.calibrate_first(r, todo)
+    counts = r.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
     print(r.summary(counts), file=sys.stderr)
+    ranks.total(counts)  # every rank has finished measuring
+    ranks.close()
+    if ranks.rank != 0:
+        return 0
     if not args.no_profile:
         from benchmarks import profile
 

@@ -270,9 +270,12 @@ def from_asv(results_dir: str) -> pd.DataFrame:
 
 def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
     import benchmarks.bench_calibration as calibration
+    import benchmarks.bench_parallel as parallel
 
     if cls == "GemmPeak":
         return calibration.GemmPeak.param_names
+    if cls == "HeadParallelAttention":  # its cases run under torch.distributed, not from cases.GRIDS
+        return parallel.HeadParallelAttention.param_names
     area = areas[cls]
     names = list(cases.axes(area, "full"))
     if len(names) != n:

@@ -8,13 +8,15 @@ import pytest
 import torch
 
 import benchmarks
-from benchmarks import cases
+from benchmarks import cases, distributed
 from transformer import flops
 
 MODULES = [importlib.import_module(f"benchmarks.{m.name}") for m in pkgutil.iter_modules(benchmarks.__path__)
            if m.name.startswith("bench_")]
-CLASSES = [c for m in MODULES for n, c in vars(m).items() if inspect.isclass(c) and not n.startswith("_")
-           and c.__module__ == m.__name__ and hasattr(c, "area")]
+ALL_CLASSES = [c for m in MODULES for n, c in vars(m).items() if inspect.isclass(c) and not n.startswith("_")
+               and c.__module__ == m.__name__ and hasattr(c, "area")]
+# the head-parallel benchmark spawns its own ranks (tests/test_parallel.py); the rest are cases.GRIDS areas
+CLASSES = [c for c in ALL_CLASSES if c.area != distributed.AREA]
 GPU_TRACKS = ("track_gpu_", "track_energy_")
 CLASS_BY_AREA = {c.area: c for c in CLASSES}
 GRAPH_AREAS = {a for a, methods in cases.METHODS.items() if methods == ("graph",)}
@@ -36,6 +38,9 @@ def peaks():
 
 def test_every_module_has_a_benchmark_class_per_area():
     assert {c.area for c in CLASSES} == set(cases.GRIDS["quick"])
+    parallel = [c for c in ALL_CLASSES if c.area == distributed.AREA]
+    assert len(parallel) == 1 and set(parallel[0].param_names) == set(cases.PARALLEL_GRIDS["quick"]) | {
+        "ranks", "backend", "device"}
     for cls in CLASSES:
         assert cls.param_names == list(cases.axes(cls.area))
 

@@ -154,3 +154,38 @@ def test_bad_launches_are_clear_errors(tmp_path):
         assert done.returncode != 0 and "--backend nccl needs a CUDA device" in done.stderr
     done = torchrun(1, "--grid", "huge", "--out", str(tmp_path))
     assert done.returncode != 0 and "unknown grid 'huge'" in done.stderr
+
+
+def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
+    import json
+
+    from benchmarks import runner
+    from reports import tidy
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
+                           str(29600 + os.getpid() % 1000), "-m", "benchmarks.runner", "--grid", "quick", "--area", "depth",
+                           "--out", str(out), "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = runner.plan("quick", ["depth"])
+    records = [json.loads(p.read_text()) for p in (out / "cases").iterdir()]
+    measured = sorted(sorted(r["params"].items()) for r in records)
+    assert measured == sorted(sorted(p.items()) for _, p in plan)  # every case, each once
+    by_rank = {r["rank"] for r in records}
+    assert by_rank == {0, 1} and {r["world_size"] for r in records} == {2}
+    assert sum(r["rank"] == 0 for r in records) == len(plan[0::2])
+    assert f"all 2 ranks: failed 0, ok {len(plan)}" in done.stdout
+    t = tidy.load([str(out)])
+    assert (t[(t.metric == "sequential_depth")].status == "ok").sum() == len(plan)  # the report sees them all
+
+
+def test_the_asv_benchmark_spawns_two_ranks_and_tracks_time_and_communication():
+    from benchmarks.bench_parallel import HeadParallelAttention
+    from reports import tidy
+
+    bench = HeadParallelAttention()
+    small = ["attention", "allgather", 4, 32, 32, 2, 2, "gloo", "cpu"]  # the benchmark's axes, a small case
+    bench.setup(*small)
+    assert bench.track_time(*small) > 0 and 0 < bench.track_comm_share(*small) < 1
+    assert tidy.asv_method_metric("track_comm_share") == ("forward", "comm_share")
+    assert tidy._asv_param_names("HeadParallelAttention", tidy._asv_areas(), 9) == HeadParallelAttention.param_names
