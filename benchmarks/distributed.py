@@ -216,8 +216,23 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine) if rank == 0 else None
     if runner is not None:
         runner.calibrate([])
-    counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0}
-    for params in todo:
+    counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0, "resumed": 0}
+    # a rerun into the same folder resumes: rank 0 says which cases already have a record of this commit
+    recorded = [None]
+    if runner is not None:
+        from .runner import case_key
+
+        def done(p):
+            path = runner.path(case_key(AREA, "forward", {**p, "ranks": world, "backend": backend, "device": device.type}))
+            rec = runner._read(path) if os.path.exists(path) else None
+            return rec is not None and rec.get("commit") == runner.commit and rec.get("status") == "ok"
+
+        recorded = [[done(p) for p in todo]]
+    dist.broadcast_object_list(recorded, src=0)
+    for params, skip in zip(todo, recorded[0]):
+        if skip:
+            counts["resumed"] += 1
+            continue
         record_params = {**params, "ranks": world, "backend": backend, "device": device.type}
         started = time.time()
         if params["heads"] % world or params["d_model"] % params["heads"]:
@@ -225,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             try:
                 metrics, status, reason = measure_case(params, device, args.min_run_time), "ok", None
-            except Exception as error:  # a rank that fails here fails alone: the others stop at the barrier
+            except Exception as error:
+                # the other ranks may be waiting inside a collective: stop the run (torchrun ends every rank);
+                # the records written so far are whole, and a rerun into the folder resumes after them
                 status, reason = _failure(error)
-                metrics = None
-                print(f"rank {rank}: {record_params}: {status}: {reason}", file=sys.stderr)
+                print(f"rank {rank}: {record_params}: {status}: {reason}; stopping", file=sys.stderr)
                 raise
         counts[status] += 1
         if runner is not None:

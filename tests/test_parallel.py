@@ -189,3 +189,11 @@ def test_the_asv_benchmark_spawns_two_ranks_and_tracks_time_and_communication():
     assert bench.track_time(*small) > 0 and 0 < bench.track_comm_share(*small) < 1
     assert tidy.asv_method_metric("track_comm_share") == ("forward", "comm_share")
     assert tidy._asv_param_names("HeadParallelAttention", tidy._asv_areas(), 9) == HeadParallelAttention.param_names
+
+
+def test_a_rerun_into_the_same_folder_resumes(tmp_path):
+    out = str(tmp_path / "run")
+    first = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
+    assert again.returncode == 0 and "ok 0, skipped 0, failed 0, oom 0, resumed 4" in again.stdout
