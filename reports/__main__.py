@@ -44,7 +44,8 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None) 
     if not (timed.status == "ok").any():
         why = "; ".join(f"{n} {s}: {r}" for (s, r), n in timed.groupby(["status", "reason"]).size().items())
         raise ValueError(f"no case was measured ({why or 'no case records'}), so no report was written"
-                         + (f"; the report in {out!r} was left as it is" if os.path.exists(out) else ""))
+                         + (f"; the report in {out!r} was left as it is"
+                            if os.path.exists(os.path.join(out, "index.html")) else ""))
     guards.writable_folder(out, "--report")
     previous = html.describe(out)
     site = _asv_html(paths)
@@ -71,10 +72,10 @@ def measure(args) -> int:
         guards.writable_folder(out, "--out")
         guards.writable_folder(args.report, "--report")
         r = runner.Runner(out, min_run_time=args.min_run_time, name=name)
+        ranks = runner.Ranks()  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    ranks = runner.Ranks()  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
     print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}"
           + (f", rank {ranks.rank} of {ranks.world}: {len(ranks.share(todo))} cases" if ranks.world > 1 else ""),
           file=sys.stderr)
