@@ -579,15 +579,8 @@ def _peaks_for(t: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=times.index, dtype=float)
 
 
-def noise(t: pd.DataFrame) -> pd.DataFrame:
-    """IQR over median of every timed case, summarised per area and method."""
-    rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
-    rel = rows.assign(relative_iqr=rows.iqr / rows.value)
-    return rel.groupby(["area", "method"]).relative_iqr.describe(percentiles=[0.5, 0.9])[
-        ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
-
-
-def _case_columns(rows: pd.DataFrame, *extra: str) -> pd.DataFrame:
+def case_columns(rows: pd.DataFrame, *extra: str) -> pd.DataFrame:
+    """Each row's machine, area, method, the axes any row has, and ``extra``: a table of cases."""
     axes = [c for c in tidy.PARAMS if rows[c].notna().any()]
     return rows[["machine", "area", "method", *axes, *extra]].reset_index(drop=True)
 
@@ -603,17 +596,7 @@ def memory_limits(t: pd.DataFrame) -> pd.DataFrame:
     largest = ok.groupby(["machine", "area", ok.device.fillna("cpu")]).seq_len.max()
     fits = [largest.get((m, a, d if isinstance(d, str) else "cpu"), pd.NA)
             for m, a, d in zip(oom.machine, oom.area, oom.device)]
-    return _case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
-
-
-def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
-    """Every timed case whose IQR over median passes the runner's NOISY threshold, noisiest first."""
-    from benchmarks.runner import NOISY
-
-    rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
-    rows = rows.assign(relative_iqr=rows.iqr / rows.value)
-    rows = rows[rows.relative_iqr > NOISY].sort_values("relative_iqr", ascending=False)
-    return _case_columns(rows, "value", "relative_iqr").rename(columns={"value": "median s"})
+    return case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
 
 
 def analyses_in_order():

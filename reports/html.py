@@ -15,7 +15,7 @@ import pandas as pd
 
 from benchmarks.runner import NOISY
 
-from . import analyses, claims, figures, profiling
+from . import analyses, claims, figures, noise, profiling
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 #: what each report was built from, next to its index.html (so that replacing it can say what it replaced)
@@ -180,17 +180,18 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
     counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
+    noisy, limits = noise.noisy_cases(table), analyses.memory_limits(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         machine_names=list(dict.fromkeys(table.machine.dropna())),
         commits=sorted(set(runs.commit)), runs_table=_html(runs),
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed", "unreadable")},
-        noisy_table=_html(analyses.noisy_cases(table)) if not analyses.noisy_cases(table).empty else None,
+        noisy_table=None if noisy.empty else _html(noisy),
         noisy_threshold=f"{NOISY:.0%}",
-        memory_table=_html(analyses.memory_limits(table)) if not analyses.memory_limits(table).empty else None,
+        memory_table=None if limits.empty else _html(limits),
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
-        noise_table=_html(analyses.noise(table)), machine_table=_html(_machines(table)),
+        noise_table=_html(noise.summary(table)), machine_table=_html(_machines(table)),
         axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)

@@ -12,10 +12,31 @@ from __future__ import annotations
 import pandas as pd
 
 from . import tidy
-from .analyses import run_key
+from .analyses import case_columns, run_key
 
 #: cases faster than this are left out: their times are dominated by timer and launch noise
 MIN_TIME_S = 1e-3
+
+
+def _relative_iqr(t: pd.DataFrame) -> pd.DataFrame:
+    """The timed cases that ran, each with its IQR over its median (``relative_iqr``)."""
+    rows = t[(t.metric == "time") & (t.status == "ok")].dropna(subset=["value", "iqr"])
+    return rows.assign(relative_iqr=rows.iqr / rows.value)
+
+
+def summary(t: pd.DataFrame) -> pd.DataFrame:
+    """IQR over median of every timed case, summarised per area and method."""
+    return _relative_iqr(t).groupby(["area", "method"]).relative_iqr.describe(percentiles=[0.5, 0.9])[
+        ["count", "50%", "90%", "max"]].rename(columns={"50%": "median", "90%": "p90"})
+
+
+def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
+    """Every timed case whose IQR over median passes the runner's NOISY threshold, noisiest first."""
+    from benchmarks.runner import NOISY
+
+    rows = _relative_iqr(t)
+    rows = rows[rows.relative_iqr > NOISY].sort_values("relative_iqr", ascending=False)
+    return case_columns(rows, "value", "relative_iqr").rename(columns={"value": "median s"})
 
 
 def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:

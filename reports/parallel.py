@@ -83,7 +83,9 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
 def _conditions(rows: pd.DataFrame) -> str:
     backends = "/".join(sorted(rows.backend.dropna().unique()))
     devices = "/".join(sorted(rows.device.dropna().unique()))
-    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}), d_model "
+    threads = ", ".join(f"{int(r)} rank{'s' if r > 1 else ''} × {int(g.threads.dropna().iloc[0])} thread{'s' if g.threads.dropna().iloc[0] > 1 else ''}"
+                        for r, g in rows.groupby("ranks") if g.threads.notna().any())
+    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}; {threads}), d_model "
             f"{'/'.join(str(int(d)) for d in sorted(rows.d_model.dropna().unique()))}, batch "
             f"{'/'.join(str(int(b)) for b in sorted(rows.batch.dropna().unique()))}, n = "
             f"{int(rows.seq_len.min())}..{int(rows.seq_len.max())}, h = {int(rows.heads.min())}..{int(rows.heads.max())}, "

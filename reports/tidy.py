@@ -11,6 +11,7 @@ and asv results folders; several machines' results concatenate into one table.
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import itertools
 import os
@@ -159,21 +160,27 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
 
 # -- asv ------------------------------------------------------------------------------------------
 
-def _asv_areas() -> dict[str, str]:
-    """asv class name -> area, from the suite itself."""
+@functools.lru_cache(maxsize=1)
+def _asv_classes() -> dict[str, type]:
+    """asv class name -> class, from the suite itself."""
     import importlib
     import pkgutil
 
     import benchmarks
 
-    areas = {}
+    classes = {}
     for m in pkgutil.iter_modules(benchmarks.__path__):
         if m.name.startswith("bench_"):
             module = importlib.import_module(f"benchmarks.{m.name}")
             for name, obj in vars(module).items():
                 if isinstance(obj, type) and obj.__module__ == module.__name__ and not name.startswith("_"):
-                    areas[name] = getattr(obj, "area", "gemm")
-    return areas
+                    classes[name] = obj
+    return classes
+
+
+def _asv_areas() -> dict[str, str]:
+    """asv class name -> area."""
+    return {name: getattr(cls, "area", "gemm") for name, cls in _asv_classes().items()}
 
 
 def asv_method_metric(name: str) -> tuple[str, str]:
@@ -269,17 +276,11 @@ def from_asv(results_dir: str) -> pd.DataFrame:
 
 
 def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
-    import benchmarks.bench_calibration as calibration
-    import benchmarks.bench_parallel as parallel
-
-    if cls == "GemmPeak":
-        return calibration.GemmPeak.param_names
-    if cls == "HeadParallelAttention":  # its cases run under torch.distributed, not from cases.GRIDS
-        return parallel.HeadParallelAttention.param_names
-    area = areas[cls]
-    names = list(cases.axes(area, "full"))
+    """The names of an asv class's parameters: the class's own ``param_names`` (the grid areas' classes
+    take theirs from cases.axes; GemmPeak and HeadParallelAttention list their own)."""
+    names = list(_asv_classes()[cls].param_names)
     if len(names) != n:
-        raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {area} area has {names}")
+        raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {areas[cls]} benchmark has {names}")
     return names
 
 
