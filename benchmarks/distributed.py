@@ -2,8 +2,9 @@
 
     torchrun --nproc_per_node=1 -m benchmarks.distributed --out results/runs/<machine>-parallel
     torchrun --nproc_per_node=2 -m benchmarks.distributed --out results/runs/<machine>-parallel
-    # across machines: torchrun --nnodes=2 --node_rank=<0|1> --rdzv_backend=c10d \\
-    #                  --rdzv_endpoint=<host>:29500 --nproc_per_node=1 -m benchmarks.distributed ...
+    # across machines, the same command on each (any free port on the first machine's address):
+    torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=<host>:29500 --rdzv_id=<name> \\
+             -m benchmarks.distributed --out <run folder on the first machine>
 
 Each case of ``cases.PARALLEL_GRIDS`` (layer: one attention or a whole encoder layer; how the heads are
 combined; heads, n, d_model, batch) is built from the same seeded single-device module on every rank
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import itertools
 import os
+import socket
 import statistics
 import sys
 import time
@@ -36,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from . import cases, guards
+from .runner import RankGuard, Runner, case_key
 
 AREA = "parallel"
 
@@ -196,9 +199,17 @@ def spawn_measure(params: dict, ranks: int, min_run_time: float = 0.2) -> dict:
         return read_json(result)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .runner import Runner, _failure
+def recorded_here(runner, todo: list[dict], world: int, backend: str, device) -> list[bool]:
+    """For each case, whether the folder already holds its record at this commit (a rerun resumes)."""
+    def done(p):
+        path = runner.path(case_key(AREA, "forward", {**p, "ranks": world, "backend": backend, "device": device.type}))
+        rec = runner._read(path) if os.path.exists(path) else None
+        return rec is not None and rec.get("commit") == runner.commit and rec.get("status") == "ok"
 
+    return [done(p) for p in todo]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchrun ... -m benchmarks.distributed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="default", help=f"one of {', '.join(cases.PARALLEL_GRIDS)}")
     parser.add_argument("--out", default="results/runs/parallel", help="run folder (shared by every rank count)")
@@ -213,43 +224,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     rank, world = dist.get_rank(), dist.get_world_size()
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())  # ranks on one machine share its cores
     runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine) if rank == 0 else None
-    if runner is not None:
-        runner.calibrate([])
-    counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0, "resumed": 0}
-    # a rerun into the same folder resumes: rank 0 says which cases already have a record of this commit
-    recorded = [None]
-    if runner is not None:
-        from .runner import case_key
-
-        def done(p):
-            path = runner.path(case_key(AREA, "forward", {**p, "ranks": world, "backend": backend, "device": device.type}))
-            rec = runner._read(path) if os.path.exists(path) else None
-            return rec is not None and rec.get("commit") == runner.commit and rec.get("status") == "ok"
-
-        recorded = [[done(p) for p in todo]]
-    dist.broadcast_object_list(recorded, src=0)
-    for params, skip in zip(todo, recorded[0]):
-        if skip:
-            counts["resumed"] += 1
-            continue
-        record_params = {**params, "ranks": world, "backend": backend, "device": device.type}
-        started = time.time()
-        if params["heads"] % world or params["d_model"] % params["heads"]:
-            status, reason, metrics = "skipped", f"heads={params['heads']} do not split over {world} ranks", None
-        else:
-            try:
-                metrics, status, reason = measure_case(params, device, args.min_run_time), "ok", None
-            except Exception as error:
-                # the other ranks may be waiting inside a collective: stop the run (torchrun ends every rank);
-                # the records written so far are whole, and a rerun into the folder resumes after them
-                status, reason = _failure(error)
-                print(f"rank {rank}: {record_params}: {status}: {reason}; stopping", file=sys.stderr)
-                raise
-        counts[status] += 1
+    current = [None]
+    # a rank that dies mid-run: torchrun stops the others, which say so in one line (RankGuard); the records
+    # written so far are whole (rank 0 writes a case's record after every rank has measured it)
+    with RankGuard(rank, world, args.out, lambda: current[0]):
         if runner is not None:
-            runner._write(AREA, "forward", record_params, status, reason, started, metrics)
-    dist.barrier()
+            runner.calibrate([])
+        counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0, "resumed": 0}
+        recorded = [recorded_here(runner, todo, world, backend, device) if runner is not None else None]
+        dist.broadcast_object_list(recorded, src=0)
+        for params, skip in zip(todo, recorded[0]):
+            if skip:
+                counts["resumed"] += 1
+                continue
+            record_params = {**params, "ranks": world, "backend": backend, "device": device.type}
+            current[0], started = case_key(AREA, "forward", record_params), time.time()
+            if params["heads"] % world or params["d_model"] % params["heads"]:
+                status, reason, metrics = "skipped", f"heads={params['heads']} do not split over {world} ranks", None
+            else:
+                metrics, status, reason = measure_case(params, device, args.min_run_time), "ok", None
+                metrics["hosts"] = len(set(hosts))
+            counts[status] += 1
+            if runner is not None:
+                runner._write(AREA, "forward", record_params, status, reason, started, metrics)
+        dist.barrier()
     if rank == 0:
         print(f"{args.out}: {world} ranks ({backend}): " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     dist.destroy_process_group()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -103,6 +105,7 @@ class Runner:
         self.name = name or socket.gethostname()  # the machine's label in reports
         self.set_aside: list[str] = []  # unreadable records moved out of the way by this run
         self.records: list[dict] = []  # the records this run wrote
+        self.current: str | None = None  # the case being measured
 
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
@@ -203,7 +206,8 @@ class Runner:
         bar = tqdm(total=methods, desc="measuring", unit="method", disable=not progress, file=sys.stderr, smoothing=0)
         with bar:
             for area, params in remaining:
-                bar.set_postfix_str(case_key(area, "", params).replace("----", " ")[:60])
+                self.current = case_key(area, "", params).replace("----", " ")
+                bar.set_postfix_str(self.current[:60])
                 for record in self.run_case(area, params, peaks):
                     counts[record["status"]] += 1
                     self.records.append(record)
@@ -313,6 +317,50 @@ class Ranks:
         if self.dist is not None:
             self.dist.destroy_process_group()
 
+    def guard(self, out: str, doing=lambda: None) -> RankGuard:
+        return RankGuard(self.rank, self.world, out, doing)
+
+
+class RankStopped(BaseException):
+    """Raised in a rank that torchrun stops with SIGTERM: another rank failed, or the run was cancelled.
+    A BaseException, so that no case catches it and records it as that case's failure."""
+
+
+def _stopped(signum, frame):
+    raise RankStopped("torchrun stopped this rank (another rank failed, or the run was cancelled)")
+
+
+class RankGuard:
+    """Under torchrun, a rank whose run stops under it (torchrun's SIGTERM after another rank died, or a
+    collective whose peer vanished: gloo's "Connection closed by peer") ends with one clear line (which
+    rank, what it was measuring, how many records the folder holds, all whole since each is written
+    atomically when its case ends, and how to resume) and exit code 1, instead of dying silently or with a
+    traceback. Other errors pass through. With one rank it does nothing."""
+
+    def __init__(self, rank: int, world: int, out: str, doing=lambda: None):
+        self.rank, self.world, self.out, self.doing, self.previous = rank, world, out, doing, None
+
+    def __enter__(self) -> RankGuard:
+        if self.world > 1:
+            self.previous = signal.signal(signal.SIGTERM, _stopped)
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if self.world == 1:
+            return False
+        signal.signal(signal.SIGTERM, self.previous)
+        if not isinstance(error, (RankStopped, RuntimeError)):
+            return False
+        folder = os.path.join(self.out, "cases")
+        kept = len([f for f in os.listdir(folder) if f.endswith(".json")]) if os.path.isdir(folder) else 0
+        doing = self.doing()
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\] ", "", first)  # gloo's source location
+        print(f"error: rank {self.rank} of {self.world} stopped" + (f" while measuring {doing}" if doing else "")
+              + f": {first}. The {kept} records in {folder} are whole (each is written as soon as it is measured; "
+              f"what was being measured has none); run the same command again to resume.", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.runner", description=__doc__.split("\n\n")[0])
@@ -331,10 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         ranks = Ranks()
     except ValueError as error:
         parser.error(str(error))
-    ranks.calibrate_first(runner, todo)
-    counts = runner.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
-    print(("" if ranks.world == 1 else f"rank {ranks.rank} of {ranks.world}: ") + runner.summary(counts))
-    total = ranks.total(counts)
+    with ranks.guard(args.out, lambda: runner.current):
+        ranks.calibrate_first(runner, todo)
+        counts = runner.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
+        print(("" if ranks.world == 1 else f"rank {ranks.rank} of {ranks.world}: ") + runner.summary(counts))
+        total = ranks.total(counts)
     if ranks.world > 1 and ranks.rank == 0:
         print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
     ranks.close()

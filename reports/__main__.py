@@ -79,10 +79,11 @@ def measure(args) -> int:
     print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}"
           + (f", rank {ranks.rank} of {ranks.world}: {len(ranks.share(todo))} cases" if ranks.world > 1 else ""),
           file=sys.stderr)
-    ranks.calibrate_first(r, todo)
-    counts = r.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
-    print(r.summary(counts), file=sys.stderr)
-    ranks.total(counts)  # every rank has finished measuring
+    with ranks.guard(out, lambda: r.current):
+        ranks.calibrate_first(r, todo)
+        counts = r.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
+        print(r.summary(counts), file=sys.stderr)
+        ranks.total(counts)  # every rank has finished measuring
     ranks.close()
     if ranks.rank != 0:
         return 0

@@ -71,9 +71,12 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     sentences.append(f"Adding ranks stops paying at {stops[0]} ranks (median speed-up below 1)." if stops else
                      f"Adding ranks still paid at {w} ranks, the most measured.")
     cores, threads = _cores_and_threads(times, w)
-    if cores is not None and threads is not None and threads * w <= cores and (times.device == "cpu").all():
+    one_machine = times.hosts.fillna(1).max() == 1  # records before hosts was stored ran on one machine
+    if one_machine and cores is not None and threads is not None and (times.device == "cpu").all():
+        oversubscribed = threads * w > cores
         sentences.append(f"These {w} ranks shared one machine's {cores} cores ({threads} {'thread' if threads == 1 else 'threads'} each, where one "
-                         f"rank had them all): splitting the heads adds no compute here, so a gain can only come "
+                         f"rank had them all{'; more ranks than cores, so they also took turns on them' if oversubscribed else ''}): "
+                         f"splitting the heads adds no compute here, so a gain can only come "
                          f"from processes beating threads, and every collective is pure cost. Ranks on separate "
                          f"machines or GPUs are needed to see the compute shrink.")
     a.verdict = f"{a.conditions}: " + " ".join(sentences)
@@ -85,7 +88,9 @@ def _conditions(rows: pd.DataFrame) -> str:
     devices = "/".join(sorted(rows.device.dropna().unique()))
     threads = ", ".join(f"{int(r)} rank{'s' if r > 1 else ''} × {int(g.threads.dropna().iloc[0])} thread{'s' if g.threads.dropna().iloc[0] > 1 else ''}"
                         for r, g in rows.groupby("ranks") if g.threads.notna().any())
-    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}; {threads}), d_model "
+    hosts = int(rows.hosts.fillna(1).max())
+    where = f" over {hosts} machines" if hosts > 1 else ""
+    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}{where}; {threads}), d_model "
             f"{'/'.join(str(int(d)) for d in sorted(rows.d_model.dropna().unique()))}, batch "
             f"{'/'.join(str(int(b)) for b in sorted(rows.batch.dropna().unique()))}, n = "
             f"{int(rows.seq_len.min())}..{int(rows.seq_len.max())}, h = {int(rows.heads.min())}..{int(rows.heads.max())}, "

@@ -34,14 +34,14 @@ UNITS = {
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
-                | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks"})
+                | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
-INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks"]
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts"]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -144,8 +144,9 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
-    if rec.get("threads") is not None:
-        common["threads"] = rec["threads"]
+    for fact in ("threads", "hosts"):  # how many threads each rank had, over how many machines its ranks ran
+        if rec.get(fact) is not None:
+            common[fact] = rec[fact]
     if rec["status"] != "ok":
         metric = "sequential_depth" if rec["method"] == "graph" else "time"
         return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]

@@ -1,6 +1,7 @@
-"""Head-parallel attention on 2 gloo ranks (torch.multiprocessing): the same weights give the same output
-and the same gradients as the single-process module, for both ways of combining the heads, for the
-encoder layer, with and without masks; bad input gets a clear error."""
+"""Head-parallel attention on 2 and 4 gloo ranks (torch.multiprocessing): the same weights give the same
+output and the same gradients as the single-process module, for both ways of combining the heads, for the
+encoder layer, with and without masks; bad input gets a clear error. Under torchrun: the measurements over
+ranks, the grid spread over ranks, two nodes meeting by rendezvous, and a rank killed mid-run."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from transformer.parallel import HeadParallelEncoderLayer, HeadParallelMultiHead
 WORLD = 2
 
 
-def _init(rank, store):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+def _init(rank, store, world=WORLD):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.manual_seed(0)  # the same single-device module and inputs on every rank
 
 
@@ -29,8 +30,8 @@ def _grads(module, x):
     return {n: p.grad.clone() for n, p in module.named_parameters()}, x.grad.clone()
 
 
-def _mha_case(rank, store):
-    _init(rank, store)
+def _mha_case(rank, store, world):
+    _init(rank, store, world)
     try:
         for strategy in ("sdpa", "batched"):
             single = MultiHeadAttention(16, 4, strategy=strategy)
@@ -38,7 +39,7 @@ def _mha_case(rank, store):
             padding = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 4 + [True]])
             for combine in ("allreduce", "allgather"):
                 par = HeadParallelMultiHeadAttention.from_single(single, combine)
-                assert par.local_heads == 2
+                assert par.local_heads == 4 // world
                 for kwargs in ({}, {"key_padding_mask": padding}, {"causal": True}):
                     xs, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
                     single.zero_grad(), par.zero_grad()
@@ -64,8 +65,8 @@ def _mha_case(rank, store):
         dist.destroy_process_group()
 
 
-def _layer_case(rank, store):
-    _init(rank, store)
+def _layer_case(rank, store, world):
+    _init(rank, store, world)
     try:
         for norm_first in (False, True):
             single = EncoderLayer(16, 4, 32, norm_first=norm_first)
@@ -80,7 +81,7 @@ def _layer_case(rank, store):
                 ref.sum().backward()
                 out.sum().backward()
                 torch.testing.assert_close(xp.grad, xs.grad, atol=1e-5, rtol=1e-5)
-                units = slice(rank * 16, (rank + 1) * 16)
+                units = slice(rank * 32 // world, (rank + 1) * 32 // world)
                 torch.testing.assert_close(par.ffn.w1.grad, single.ffn.linear1.weight.grad[units], atol=1e-5, rtol=1e-5)
                 torch.testing.assert_close(par.ffn.w2.grad, single.ffn.linear2.weight.grad[:, units],
                                            atol=1e-5, rtol=1e-5)
@@ -89,7 +90,8 @@ def _layer_case(rank, store):
         dist.destroy_process_group()
 
 
-def _bad_input_case(rank, store):
+def _bad_input_case(rank, store, world):
+    assert world == WORLD
     _init(rank, store)
     try:
         with pytest.raises(ValueError, match="num_heads=3 is not divisible by the world size 2"):
@@ -102,9 +104,11 @@ def _bad_input_case(rank, store):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("case", [_mha_case, _layer_case, _bad_input_case], ids=["mha", "encoder_layer", "bad_input"])
-def test_two_gloo_ranks_match_the_single_process_module(case, tmp_path):
-    mp.start_processes(case, args=(str(tmp_path / "store"),), nprocs=WORLD, start_method="spawn")
+@pytest.mark.parametrize("case, world", [(_mha_case, 2), (_layer_case, 2), (_bad_input_case, 2), (_mha_case, 4),
+                                         (_layer_case, 4)],
+                         ids=["mha", "encoder_layer", "bad_input", "mha-4-ranks", "encoder_layer-4-ranks"])
+def test_gloo_ranks_match_the_single_process_module(case, world, tmp_path):
+    mp.start_processes(case, args=(str(tmp_path / "store"), world), nprocs=world, start_method="spawn")
 
 
 def test_without_a_process_group_the_error_says_so():
@@ -197,3 +201,99 @@ def test_a_rerun_into_the_same_folder_resumes(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     again = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
     assert again.returncode == 0 and "ok 0, skipped 0, failed 0, oom 0, resumed 4" in again.stdout
+
+
+def _worker(launcher: int, local_rank: int) -> int | None:
+    """The pid of torchrun's worker process with this LOCAL_RANK (Linux /proc), or None."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == launcher and f"LOCAL_RANK={local_rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_a_rank_killed_mid_run_stops_the_others_with_a_clear_error_and_a_rerun_completes(tmp_path):
+    import json
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
+               str(29700 + os.getpid() % 1000), "-m", "benchmarks.distributed", "--grid", "quick", "--out", str(out),
+               "--min-run-time", "0.3"]
+    launched = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "cases").is_dir() or not list((out / "cases").iterdir()):  # the first case is recorded
+        assert launched.poll() is None and time.time() < deadline, launched.communicate()[1][-2000:]
+        time.sleep(0.05)
+    victim = _worker(launched.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = launched.communicate(timeout=120)
+    assert launched.returncode != 0
+    said = [line for line in stderr.splitlines() if line.startswith("error: rank 0 of 2 stopped")]
+    assert len(said) == 1, stderr[-3000:]
+    assert "while measuring parallel--forward--" in said[0] and "run the same command again to resume" in said[0]
+    assert "Traceback" not in stderr.split("failed (exitcode")[0]  # rank 0 said it in one line, before torchrun
+    kept = list((out / "cases").iterdir())
+    assert f"The {len(kept)} records in {out / 'cases'} are whole" in said[0]
+    assert 1 <= len(kept) < 4 and all(json.loads(p.read_text())["status"] == "ok" for p in kept)  # no partial record
+    again = torchrun(2, "--grid", "quick", "--out", str(out), "--min-run-time", "0.02")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed {len(kept)}" in again.stdout and f"ok {4 - len(kept)}" in again.stdout
+    assert len(list((out / "cases").iterdir())) == 4
+
+
+def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_records_are_whole(tmp_path, capsys):
+    import signal
+
+    from benchmarks.runner import RankGuard, Runner, plan
+
+    Runner(str(tmp_path), min_run_time=0.01).run(plan("quick", ["depth"])[:1], progress=False)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        with RankGuard(1, 2, str(tmp_path), lambda: "attention seq_len=128"):
+            os.kill(os.getpid(), signal.SIGTERM)  # what torchrun sends the others when one rank dies
+            pytest.fail("SIGTERM did not stop the rank")
+    assert stopped.value.code == 1 and signal.getsignal(signal.SIGTERM) is before
+    said = capsys.readouterr().err
+    assert said.startswith("error: rank 1 of 2 stopped while measuring attention seq_len=128: torchrun stopped this "
+                           f"rank (another rank failed, or the run was cancelled). The 1 records in {tmp_path / 'cases'}")
+    with RankGuard(0, 1, str(tmp_path)):  # one rank: nothing changes
+        assert signal.getsignal(signal.SIGTERM) is before
+    with pytest.raises(ValueError), RankGuard(0, 2, str(tmp_path)):  # other errors pass through
+        raise ValueError("a bug")
+
+
+def test_a_torch_without_gloo_is_a_clear_error(monkeypatch):
+    from benchmarks import distributed, runner
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(dist, "is_backend_available", lambda backend: False)
+    with pytest.raises(ValueError, match="torch.distributed backend 'gloo' is not available in this torch build"):
+        distributed.init("gloo")
+    with pytest.raises(ValueError, match="this torch build has no torch.distributed gloo backend"):
+        runner.Ranks()
+
+
+def test_two_machines_meet_through_torchrun_rendezvous(tmp_path):
+    """The README's two-machine command (c10d rendezvous, one rank per node), both nodes on this machine."""
+    import json
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+               f"--rdzv_endpoint=127.0.0.1:{29300 + os.getpid() % 1000}", f"--rdzv_id=test{os.getpid()}",
+               "-m", "benchmarks.distributed", "--grid", "quick", "--out", str(out), "--min-run-time", "0.02"]
+    nodes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    done = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in done]
+    assert sum("2 ranks (gloo): ok 4" in stdout for stdout, _ in done) == 1  # rank 0, on one of the nodes
+    records = [json.loads(p.read_text()) for p in (out / "cases").iterdir()]
+    assert len(records) == 4 and {(r["params"]["ranks"], r["hosts"]) for r in records} == {(2, 1)}
