@@ -7,7 +7,7 @@
     python -m reports compare PATH PATH... print the machines side by side (and write the report)
     python -m reports csv PATH... --out F  export the tidy table as CSV
     python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
-    python -m reports measured F.json      the README's "Measured here" block from a saved report.json
+    python -m reports measured F.json      a README block generated from a saved record (report.json, ...)
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def print_claims(args) -> int:
 def print_measured(args) -> int:
     from . import measured
 
-    print(measured.markdown(measured.load(args.record), args.record), end="")
+    print(measured.markdown(measured.load(args.record), args.record, args.only.split(",") if args.only else None), end="")
     return 0
 
 
@@ -189,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare", parents=[common], help="compare machines' results")
     c.add_argument("paths", nargs="+")
     sub.add_parser("claims", help="print the claims the suite tests (docs/CLAIMS.md)")
-    m = sub.add_parser("measured", help="the README's 'Measured here' block from a saved report.json")
-    m.add_argument("record", help="a report's report.json, kept under docs/measured/")
+    m = sub.add_parser("measured", help="a README block generated from a saved record (report.json or a script's)")
+    m.add_argument("record", help="a report's report.json or a script's --record, kept under docs/measured/")
+    m.add_argument("--only", help="comma-separated keys of the report's analyses to quote (default: all)")
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")
     e.add_argument("--out", required=True)

@@ -68,6 +68,9 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                          f"{by_combine['allgather']:.2f}×.")
     paying = strong.groupby("ranks").speedup.median()
     stops = [int(r) for r, s in paying.items() if s < 1]
+    if len(paying) > 1:
+        sentences.append("Median speed-up over one rank, by rank count: "
+                         + ", ".join(f"{int(r)} ranks {s:.2f}×" for r, s in paying.items()) + ".")
     sentences.append(f"Adding ranks stops paying at {stops[0]} ranks (median speed-up below 1)." if stops else
                      f"Adding ranks still paid at {w} ranks, the most measured.")
     cores, threads = _cores_and_threads(times, w)

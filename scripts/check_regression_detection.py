@@ -9,7 +9,11 @@ slowdown). It then runs, in asv-managed virtualenvs (torch==2.13.0 from the loca
 
 and exits 0 only if both verdicts are right. Needs a clean commit to clone: run it after committing.
 
-    .venv/bin/python scripts/check_regression_detection.py [--keep DIR]
+    .venv/bin/python scripts/check_regression_detection.py [--keep DIR] [--record docs/measured/<date>-regression-check.json]
+
+``--record`` saves what it found (each flagged row with its ratio, the verdicts, the commit, the machine,
+the time taken) as a JSON record; the README's sentence about this check is generated from it
+(``python -m reports measured <record>``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = "ScaledDotProductAttention.time_forward"
+FACTOR = 1.5  # asv continuous flags a benchmark that got this much slower
 SLOWDOWN = '''
 
 # Injected by scripts/check_regression_detection.py: every call does its work twice.
@@ -48,7 +53,7 @@ def commit(repo: str, message: str) -> str:
 
 def continuous(repo: str, base: str, head: str) -> tuple[int, str]:
     asv = os.path.join(os.path.dirname(sys.executable), "asv")
-    proc = sh(asv, "continuous", "--factor", "1.5", "--bench", BENCH, base, head, cwd=repo, check=False)
+    proc = sh(asv, "continuous", "--factor", str(FACTOR), "--bench", BENCH, base, head, cwd=repo, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -56,9 +61,33 @@ def changed_rows(output: str) -> list[str]:
     return [line.strip() for line in output.splitlines() if re.match(r"\|\s*[+-]\s*\|", line)]
 
 
+def parse_row(row: str) -> dict:
+    """One row of asv's comparison table: | change | before | after | ratio | benchmark(params) |."""
+    change, before, after, ratio, name = [cell.strip() for cell in row.strip("|").split("|")][:5]
+    return {"change": change, "before": before, "after": after, "ratio": float(ratio.lstrip("~")), "benchmark": name}
+
+
+def record(path: str, base: str, out_control: str, out_slow: str, passed: bool, seconds: float) -> None:
+    """Save the check's findings as a JSON record (kind ``regression-check``) for the README."""
+    import datetime as dt
+
+    sys.path.insert(0, ROOT)
+    from benchmarks import cases, machine
+
+    facts = machine.metadata()
+    cpu_cases = cases.select("attention", grid=os.environ.get("ATTENTION_BENCH_GRID", "quick"), device="cpu")
+    machine.write_json_atomic(path, {
+        "kind": "regression-check", "generated": dt.datetime.now().isoformat(timespec="seconds"), "commit": base,
+        "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
+        "benchmark": BENCH, "factor": FACTOR, "cases": len(cpu_cases), "passed": passed, "seconds": seconds,
+        "control": {"changed": [parse_row(r) for r in changed_rows(out_control)]},
+        "slowdown": {"changed": [parse_row(r) for r in changed_rows(out_slow)]}})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
+    parser.add_argument("--record", help="save the findings as a JSON record here (for the README)")
     args = parser.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="asv-regression-")
     os.makedirs(work, exist_ok=True)
@@ -87,6 +116,8 @@ def main() -> int:
     ok = code_control == 0 and code_slow == 1 and "PERFORMANCE DECREASED" in out_slow
     if not ok:
         print(out_control[-3000:], out_slow[-3000:], sep="\n---\n")
+    if args.record:
+        record(args.record, base, out_control, out_slow, ok, time.time() - start)
     print(f"{'PASS' if ok else 'FAIL'}: asv continuous flagged the slowdown and not the control "
           f"({time.time() - start:.0f} s)" if ok else "FAIL: wrong verdict (output above)")
     return 0 if ok else 1

@@ -62,13 +62,29 @@ def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
         assert c.claim in page
 
 
-def test_the_readmes_measured_figures_are_generated_from_the_saved_run_it_names():
+def test_the_readmes_measured_figures_are_generated_from_the_saved_runs_they_name():
     from reports import measured
 
     root = os.path.join(os.path.dirname(__file__), "..")
     with open(os.path.join(root, "README.md")) as f:
-        block = measured.readme_block(f.read())
-    name = block.split("[`", 1)[1].split("`]", 1)[0]  # the saved run the block names
-    record = measured.load(os.path.join(root, name))
-    assert block == measured.markdown(record, name), f"README is stale: python -m reports measured {name}"
-    assert any(a["verdict"] and a["conditions"] for a in record["analyses"])
+        blocks = measured.readme_blocks(f.read())
+    kinds = set()
+    for name, only, block in blocks:
+        record = measured.load(os.path.join(root, name))
+        flag = f" --only {','.join(only)}" if only else ""
+        assert block == measured.markdown(record, name, only), f"README is stale: python -m reports measured {name}{flag}"
+        kinds.add(record.get("kind", "report"))
+        if "analyses" in record:
+            assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
+    assert kinds == {"report", "regression-check"}, kinds  # the main job, the parallel run, asv's regression check
+
+
+def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
+    from reports import measured
+
+    record = {"analyses": [{"key": "c5_softmax", "claim": "C5", "title": "t", "verdict": "v", "conditions": "c"}],
+              "runs": [], "machine": {"cpu_model": "x", "cpu_count": 2, "torch": "2"}, "generated": "now"}
+    with pytest.raises(ValueError, match="r.json: no analysis 'c9'; allowed: c5_softmax"):
+        measured.markdown(record, "r.json", ["c9"])
+    with pytest.raises(ValueError, match="unknown record kind 'x'; allowed: report, regression-check"):
+        measured.markdown({**record, "kind": "x"}, "r.json")
