@@ -88,3 +88,19 @@ def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
         measured.markdown(record, "r.json", ["c9"])
     with pytest.raises(ValueError, match="unknown record kind 'x'; allowed: report, regression-check"):
         measured.markdown({**record, "kind": "x"}, "r.json")
+
+
+def test_the_regression_check_reads_asvs_table_rows():
+    import importlib.util
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    spec = importlib.util.spec_from_file_location("check", os.path.join(root, "scripts", "check_regression_detection.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    out = ("| Change | Before [a] | After [b] | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
+           "| +        | 16.4±1ms    | 34.3±2ms   |    2.09 | bench_attention.X.time_forward(128, 'sdpa') |\n"
+           "| -        | 2.0±0.1ms   | 1.0±0.1ms  |   ~0.50 | bench_attention.X.time_forward(512, 'math') |\n")
+    rows = [check.parse_row(r) for r in check.changed_rows(out)]
+    assert [(r["change"], r["before"], r["ratio"], r["benchmark"]) for r in rows] == [
+        ("+", "16.4±1ms", 2.09, "bench_attention.X.time_forward(128, 'sdpa')"),
+        ("-", "2.0±0.1ms", 0.5, "bench_attention.X.time_forward(512, 'math')")]
