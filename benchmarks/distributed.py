@@ -53,7 +53,7 @@ def init(backend: str | None) -> tuple[str, torch.device]:
         raise ValueError(f"unknown backend {backend!r}; allowed: 'gloo' (CPU), 'nccl' (GPU)")
     if backend == "nccl" and not torch.cuda.is_available():
         raise ValueError("--backend nccl needs a CUDA device; this machine has none (use gloo)")
-    if not dist.is_backend_available(backend):
+    if not dist.is_available() or not dist.is_backend_available(backend):
         raise ValueError(f"torch.distributed backend {backend!r} is not available in this torch build")
     local = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")

@@ -24,6 +24,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
         return a.without("no parallel results", not_measured(t, "parallel", "head-parallel") + (
             " Measure it with torchrun --nproc_per_node=N -m benchmarks.distributed --out <run>, for N = 1 and more."))
     metrics = _ok(t, "parallel", "comm_share").set_index(CASE + ["ranks"]).value
+    compute = _ok(t, "parallel", "compute_s").set_index(CASE + ["ranks"]).value
     per = times.set_index(CASE + ["ranks"]).value
     ranks = sorted(per.index.get_level_values("ranks").unique())
     a.conditions = _conditions(times)
@@ -36,9 +37,12 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
         base = g.xs(1, level="ranks")
         for w, v in g.droplevel(CASE).items():
             if w > 1:
-                share = metrics.get((*key, w))
+                share, alone = metrics.get((*key, w)), compute.get((*key, w))
+                # inside the layer: what the forward loses to its collectives (end to end minus the same
+                # forward with them left out); comm_share: the same collectives timed on their own
                 strong.append({**dict(zip(CASE, key)), "ranks": w, "time_1_rank_s": float(base.iloc[0]),
-                               "time_s": v, "speedup": float(base.iloc[0]) / v, "comm_share": share})
+                               "time_s": v, "speedup": float(base.iloc[0]) / v, "comm_share": share,
+                               "comm_in_layer_share": None if alone is None else (v - alone) / v})
     strong = pd.DataFrame(strong)
     a.tables["strong_scaling"] = strong.set_index(CASE + ["ranks"])
     weak = []
@@ -55,17 +59,23 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     at_w = strong[strong.ranks == w]
     best = at_w.loc[at_w.speedup.idxmax()]
     a.numbers.update({f"median_speedup_{w}_ranks": float(at_w.speedup.median()), "best_speedup": float(best.speedup),
-                      "median_comm_share": float(at_w.comm_share.median())})
+                      "median_comm_share": float(at_w.comm_share.median()),
+                      "median_comm_in_layer_share": float(at_w.comm_in_layer_share.median())})
     by_combine = at_w.groupby("combine").speedup.median()
     sentences = [f"On {w} ranks against one, the median case runs {at_w.speedup.median():.2f}× as fast "
                  f"({at_w.speedup.min():.2f}–{at_w.speedup.max():.2f}×); the best is {best['layer']} with {best['combine']}, "
                  f"h {int(best.heads)}, n {int(best.seq_len)} ({best.speedup:.2f}×). Communication takes "
                  f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
-                 f"{at_w.comm_share.max():.0%})."]
+                 f"{at_w.comm_share.max():.0%}) when the collectives are timed on their own; inside the layer "
+                 f"(end to end minus the same forward without them) they add {at_w.comm_in_layer_share.median():.0%}."]
     if len(by_combine) == 2:
         sentences.append(f"Combining the heads by all-reduce after a row-parallel W_O gives a median speed-up of "
                          f"{by_combine['allreduce']:.2f}×, by all-gather into the heads' offsets "
                          f"{by_combine['allgather']:.2f}×.")
+    if weak:
+        eff = pd.DataFrame(weak).groupby("ranks").efficiency.median()
+        sentences.append("Weak scaling (the same heads per rank, h growing with the ranks), median efficiency: "
+                         + ", ".join(f"{int(r)} ranks {e:.0%}" for r, e in eff.items()) + ".")
     paying = strong.groupby("ranks").speedup.median()
     stops = [int(r) for r, s in paying.items() if s < 1]
     if len(paying) > 1:

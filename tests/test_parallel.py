@@ -147,6 +147,10 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     a = parallel.analyse_parallel(t)
     assert not a.missing and len(a.tables["strong_scaling"]) == 4 and len(a.tables["weak_scaling"]) == 2
     assert "On 2 ranks against one" in a.verdict and "shared one machine's" in a.verdict
+    inside = a.tables["strong_scaling"].comm_in_layer_share
+    assert inside.notna().all() and (inside < 1).all()
+    assert f"inside the layer (end to end minus the same forward without them) they add {inside.median():.0%}" in a.verdict
+    assert "Weak scaling (the same heads per rank, h growing with the ranks), median efficiency: 2 ranks" in a.verdict
 
 
 def test_bad_launches_are_clear_errors(tmp_path):
