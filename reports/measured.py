@@ -67,7 +67,23 @@ def _regression_check(record: dict, name: str, only: list[str] | None) -> list[s
             f"{'PASS' if record['passed'] else 'FAIL'} in {record['seconds']:.0f} s."]
 
 
-RENDER = {"report": _report, "regression-check": _regression_check}
+def _compare_with_torch(record: dict, name: str, only: list[str] | None) -> list[str]:
+    lines = [f"From the saved run [`{name}`]({name}) (commit {(record['commit'] or 'unknown')[:8]}, {record['generated']}; "
+             f"{_machine(record['machine'])}; {record['threads']} threads, {record['dtype']}, {record['rounds']} "
+             f"alternating rounds of {record['min_run_time']:g} s each; GEMM peak "
+             f"{record['gemm_peak_flops_per_s'] / 1e9:.1f} GFLOP/s, the floor is the case's matmul FLOPs at that peak):",
+             "", "| comparison | ours | torch | ratio ours/torch | rounds | target | floor (ratio) |",
+             "|---|---|---|---|---|---|---|"]
+    for c in record["comparisons"]:
+        rounds = [r["ours_s"] / r["torch_s"] for r in c["rounds"]]
+        verdict = "meets" if c["ratio"] <= c["target"] else "misses"
+        lines.append(f"| {c['comparison']} | {c['ours_s'] * 1e3:.1f} ms | {c['torch_s'] * 1e3:.1f} ms | "
+                     f"{c['ratio']:.3f} ({verdict}) | {min(rounds):.3f}-{max(rounds):.3f} | ≤ {c['target']:.2f} | "
+                     f"{c['floor_ratio']:.2f} |")
+    return lines
+
+
+RENDER = {"report": _report, "regression-check": _regression_check, "compare-with-torch": _compare_with_torch}
 
 
 def readme_blocks(readme: str) -> list[tuple[str, list[str] | None, str]]:

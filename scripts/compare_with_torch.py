@@ -1,6 +1,6 @@
 """How fast are our models next to what users would pick instead? Ratios measured side by side in one run.
 
-    python scripts/compare_with_torch.py [--threads N] [--min-run-time S]
+    python scripts/compare_with_torch.py [--threads N] [--min-run-time S] [--rounds R] [--record F.json]
 
 1. MultiHeadAttention(strategy="sdpa") vs torch.nn.MultiheadAttention in eval mode (its fused fast
    path), CPU float32, at the multihead area's shape (benchmarks.cases.MULTIHEAD_SHAPE: B=8, n=256,
@@ -13,6 +13,10 @@ machine hits both; each ratio is the median over rounds of (ours / torch's media
 script also prints its floor: the analytic matmul FLOPs (transformer.flops) at this machine's measured
 GEMM peak (benchmarks.machine.gemm_peak), as a ratio to torch's time; no implementation that does the
 same matmuls can go below it, so a target under the floor cannot be met on this machine.
+
+``--record F.json`` saves every comparison (each round's times and ratio, the target, the floor, the
+machine, the commit) as a record of kind ``compare-with-torch``; the README's table is generated from
+it (``python -m reports measured F.json``).
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ def median_time(fn, threads: int, min_run_time: float) -> float:
     return tb.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads).blocked_autorange(min_run_time=min_run_time).median
 
 
-def paired_ratio(ours, theirs, threads: int, rounds: int, min_run_time: float) -> tuple[float, float, float]:
-    """(median ratio ours/theirs over rounds, ours' median seconds, theirs' median seconds)."""
+def paired_rounds(ours, theirs, threads: int, rounds: int, min_run_time: float) -> list[tuple[float, float]]:
+    """(ours' median seconds, theirs') per round, the two timed one after the other in each round."""
     with torch.inference_mode():
         ours(), theirs()  # warm-up
-        pairs = [(median_time(ours, threads, min_run_time), median_time(theirs, threads, min_run_time)) for _ in range(rounds)]
-    return statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)
+        return [(median_time(ours, threads, min_run_time), median_time(theirs, threads, min_run_time))
+                for _ in range(rounds)]
 
 
 def mha_case(heads: int):
@@ -71,6 +75,7 @@ def main() -> None:
     p.add_argument("--min-run-time", type=float, default=1.0, help="seconds per blocked_autorange")
     p.add_argument("--batch", type=int, default=8, help="Transformer batch (the MHA cases use MULTIHEAD_SHAPE)")
     p.add_argument("--seq", type=int, default=128, help="Transformer source and target length")
+    p.add_argument("--record", help="save the comparisons as a JSON record here (for the README)")
     a = p.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {a.threads} threads, float32, CPU; {a.rounds} alternating rounds")
@@ -87,14 +92,36 @@ def main() -> None:
                                                      if k in ("encoder", "decoder")}), flops.Breakdown())))
     peak = machine.gemm_peak("cpu", "float32", a.threads)
     print(f"GEMM peak at {a.threads} threads: {peak / 1e9:.1f} GFLOP/s")
+    rows = []
     for name, make, target, work in comparisons:
         ours, theirs = make()
-        ratio, t_ours, t_theirs = paired_ratio(ours, theirs, a.threads, a.rounds, a.min_run_time)
-        verdict = "meets" if ratio <= target else "MISSES"
+        pairs = paired_rounds(ours, theirs, a.threads, a.rounds, a.min_run_time)
+        ratio = statistics.median(o / t for o, t in pairs)
+        t_ours, t_theirs = statistics.median(o for o, _ in pairs), statistics.median(t for _, t in pairs)
         floor = work.forward.matmul_total / peak
+        rows.append({"comparison": name, "rounds": [{"ours_s": o, "torch_s": t} for o, t in pairs], "ratio": ratio,
+                     "ours_s": t_ours, "torch_s": t_theirs, "target": target, "floor_s": floor,
+                     "floor_ratio": floor / t_theirs})
         print(f"{name}: ours {t_ours * 1e3:.2f} ms, torch {t_theirs * 1e3:.2f} ms, "
-              f"ratio {ratio:.3f} ({verdict} target <= {target:.2f}); floor {floor * 1e3:.1f} ms = ratio "
-              f"{floor / t_theirs:.2f}")
+              f"ratio {ratio:.3f} ({'meets' if ratio <= target else 'MISSES'} target <= {target:.2f}; rounds "
+              f"{min(o / t for o, t in pairs):.3f}-{max(o / t for o, t in pairs):.3f}); floor {floor * 1e3:.1f} ms = "
+              f"ratio {floor / t_theirs:.2f}")
+    if a.record:
+        record(a.record, a, peak, rows)
+
+
+def record(path: str, args, peak: float, rows: list[dict]) -> None:
+    """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
+    import datetime as dt
+
+    from benchmarks import runner
+
+    facts = machine.metadata()
+    machine.write_json_atomic(path, {
+        "kind": "compare-with-torch", "generated": dt.datetime.now().isoformat(timespec="seconds"),
+        "commit": runner.commit(), "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
+        "threads": args.threads, "rounds": args.rounds, "min_run_time": args.min_run_time, "dtype": "float32",
+        "gemm_peak_flops_per_s": peak, "comparisons": rows})
 
 
 if __name__ == "__main__":

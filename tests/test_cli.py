@@ -76,7 +76,7 @@ def test_the_readmes_measured_figures_are_generated_from_the_saved_runs_they_nam
         kinds.add(record.get("kind", "report"))
         if "analyses" in record:
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
-    assert kinds == {"report", "regression-check"}, kinds  # the main job, the parallel run, asv's regression check
+    assert kinds == {"report", "regression-check", "compare-with-torch"}, kinds
 
 
 def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
