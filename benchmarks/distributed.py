@@ -13,7 +13,9 @@ and split with ``transformer.parallel``. Every rank then runs the same number of
 - ``time``: the head-parallel forward, end to end (the slowest rank's median);
 - ``compute_s``: the same forward with the collectives left out (each rank's share of the work);
 - ``comm_s``: the collectives alone, on tensors of the shapes the forward sends; ``comm_bytes``: what
-  they carry per rank (all-reduce of the output; all-gather of the heads), ``comm_share`` = comm/time.
+  they carry per rank (all-reduce of the output; all-gather of the heads) by the ring algorithms'
+  count, ``comm_bytes_measured``: what each rank actually sent, read from the network interfaces'
+  counters (gloo; None for NCCL), ``comm_share`` = comm/time.
 
 Rank 0 writes one record per case into the run folder (``<out>/cases/parallel--forward--...json``,
 with ``ranks``, ``backend`` and ``combine`` among its parameters), so runs at different rank counts
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import itertools
 import os
 import socket
@@ -127,6 +130,36 @@ def collectives(sends: list[tuple[str, tuple]], device) -> tuple[callable, int]:
     return run, int(moved)
 
 
+def _sent_bytes() -> int | None:
+    """Bytes this machine's network interfaces have sent so far, loopback included (Linux sysfs)."""
+    paths = glob.glob("/sys/class/net/*/statistics/tx_bytes")
+    try:
+        return sum(int(open(p).read()) for p in paths) if paths else None
+    except (OSError, ValueError):
+        return None
+
+
+def wire_bytes(fn, device, calls: int = 10) -> float | None:
+    """Bytes each rank sent per call of ``fn`` (the forward's collectives alone), measured on the network
+    interfaces: each machine's local rank 0 reads its counters around ``calls`` calls, the machines' totals
+    are summed and divided by the ranks and the calls. Includes TCP/IP headers and whatever else the
+    machine sent meanwhile. None for NCCL (GPU traffic does not cross these interfaces) or without sysfs."""
+    if device.type != "cpu":
+        return None
+    reader = int(os.environ.get("LOCAL_RANK", 0)) == 0
+    fn()
+    dist.barrier()
+    start = _sent_bytes() if reader else 0
+    dist.barrier()
+    for _ in range(calls):
+        fn()
+    dist.barrier()
+    end = _sent_bytes() if reader else 0
+    sent = torch.tensor([end - start if None not in (start, end) else 0, int(None in (start, end))], dtype=torch.float64)
+    dist.all_reduce(sent)
+    return None if sent[1] else sent[0].item() / dist.get_world_size() / calls
+
+
 def lockstep_median(fn, device, min_run_time: float, repeats: int = 5) -> float:
     """Median seconds per call over ``repeats`` blocks; every rank runs the same number of calls (rank 0's
     choice, broadcast), so that collectives inside ``fn`` always meet."""
@@ -163,10 +196,12 @@ def measure_case(params: dict, device, min_run_time: float) -> dict:
             compute = lockstep_median(lambda: module(x), device, min_run_time)
         comm_fn, moved = collectives(sends, device)
         comm = lockstep_median(comm_fn, device, min_run_time)
+        wire = wire_bytes(comm_fn, device) if dist.get_world_size() > 1 else 0.0
     total, compute, comm = slowest([total, compute, comm], device)
     tokens = params["batch"] * params["seq_len"]
     return {"time_median_s": total, "time_q25_s": total, "time_q75_s": total, "time_iqr_s": 0.0,
             "compute_s": compute, "comm_s": comm, "comm_share": comm / total, "comm_bytes": moved,
+            "comm_bytes_measured": wire,
             "tokens": tokens, "tokens_per_s": tokens / total, "threads": torch.get_num_threads()}
 
 

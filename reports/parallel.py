@@ -68,6 +68,15 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                  f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
                  f"{at_w.comm_share.max():.0%}) when the collectives are timed on their own; inside the layer "
                  f"(end to end minus the same forward without them) they add {at_w.comm_in_layer_share.median():.0%}."]
+    wire = _ok(t, "parallel", "comm_bytes_measured").set_index(CASE + ["ranks"]).value
+    counted = _ok(t, "parallel", "comm_bytes").set_index(CASE + ["ranks"]).value
+    over = (wire / counted).dropna()
+    over = over[over.index.get_level_values("ranks") > 1]
+    if len(over):
+        a.numbers["median_wire_over_counted_bytes"] = float(over.median())
+        sentences.append(f"The bytes each rank sent, read from the network interfaces, were {over.median():.2f}× the ring "
+                         f"algorithms' count at the median ({over.min():.2f}–{over.max():.2f}×; headers and other "
+                         f"traffic included).")
     if len(by_combine) == 2:
         sentences.append(f"Combining the heads by all-reduce after a row-parallel W_O gives a median speed-up of "
                          f"{by_combine['allreduce']:.2f}×, by all-gather into the heads' offsets "

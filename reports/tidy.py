@@ -29,7 +29,7 @@ UNITS = {
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
     "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
-    "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes",
+    "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
 }
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")

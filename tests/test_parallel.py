@@ -144,6 +144,10 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     b, n, d = 2, 64, 64  # the quick grid: ring all-reduce moves 2(w-1)/w of the output, all-gather (w-1) slices
     assert moved["allreduce"].max() == 2 * (2 - 1) / 2 * b * n * d * 4 and moved["allgather"].max() == b * n * (d // 2) * 4
     assert (t[(t.metric == "comm_bytes") & (t.ranks == 1)].value == 0).all()
+    # what each rank sent, read from the network interfaces: the payload plus TCP/IP headers, never less
+    wire = t[(t.metric == "comm_bytes_measured") & (t.ranks == 2)].set_index(["combine", "heads"]).value
+    counted = t[(t.metric == "comm_bytes") & (t.ranks == 2)].set_index(["combine", "heads"]).value
+    assert len(wire) == 4 and ((wire / counted).between(1.0, 1.15)).all(), (wire / counted)
     a = parallel.analyse_parallel(t)
     assert not a.missing and len(a.tables["strong_scaling"]) == 4 and len(a.tables["weak_scaling"]) == 2
     assert "On 2 ranks against one" in a.verdict and "shared one machine's" in a.verdict
@@ -151,6 +155,8 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     assert inside.notna().all() and (inside < 1).all()
     assert f"inside the layer (end to end minus the same forward without them) they add {inside.median():.0%}" in a.verdict
     assert "Weak scaling (the same heads per rank, h growing with the ranks), median efficiency: 2 ranks" in a.verdict
+    ratio = (wire / counted).median()
+    assert f"The bytes each rank sent, read from the network interfaces, were {ratio:.2f}× the ring algorithms' count" in a.verdict
 
 
 def test_bad_launches_are_clear_errors(tmp_path):
