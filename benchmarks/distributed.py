@@ -59,6 +59,10 @@ def init(backend: str | None) -> tuple[str, torch.device]:
     if not dist.is_available() or not dist.is_backend_available(backend):
         raise ValueError(f"torch.distributed backend {backend!r} is not available in this torch build")
     local = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "nccl" and local >= torch.cuda.device_count():
+        raise ValueError(f"--backend nccl needs one GPU per rank on a machine: local rank {local}, but "
+                         f"{torch.cuda.device_count()} GPU(s) here (launch at most that many ranks per machine, "
+                         f"or use --backend gloo)")
     device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)

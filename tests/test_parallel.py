@@ -281,6 +281,18 @@ def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_reco
         raise ValueError("a bug")
 
 
+def test_nccl_with_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
+    from benchmarks import distributed
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(dist, "is_backend_available", lambda backend: True)
+    with pytest.raises(ValueError, match=r"--backend nccl needs one GPU per rank on a machine: local rank 1, but 1 GPU\(s\)"):
+        distributed.init("nccl")
+
+
 def test_a_torch_without_gloo_is_a_clear_error(monkeypatch):
     from benchmarks import distributed, runner
 
