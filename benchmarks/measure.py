@@ -43,7 +43,8 @@ class Timing:
 
 
 def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
-    """Time ``fn`` (already warmed up, synchronizing its device) at the current thread count."""
+    """Time ``fn`` (synchronizing its device) at the current thread count; blocked_autorange's block-size
+    estimate runs it at least once before the timed blocks (its warm-up)."""
     m = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).blocked_autorange(
         min_run_time=min_run_time)
     q25, median, q75 = np.percentile(m.times, [25, 50, 75])
@@ -76,7 +77,8 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
     if method == "graph":
         return graph_metrics(case)
     with using_threads(case.threads):
-        fn()  # warm-up under the thread count being measured
+        # no separate warm-up call: blocked_autorange first runs fn to size its blocks, at this thread count,
+        # which torch documents as the warm-up; one more call here cost a quarter of the default grid's time
         control = case.device == "cpu"
         before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
         timing = blocked_timing(fn, min_run_time)
