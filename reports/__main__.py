@@ -32,9 +32,9 @@ def _asv_html(paths: list[str]) -> str | None:
     return None
 
 
-def _report(paths: list[str], out: str, machine: str | None = None, table=None) -> str:
+def _report(paths: list[str], out: str, machine: str | None = None, table=None, extra: dict | None = None) -> str:
     """Build the report of ``paths`` into ``out``. Refuses to build one with no measured case, and says so
-    when it replaces a report that was there."""
+    when it replaces a report that was there. ``extra``: more fields for its ``report.json``."""
     from benchmarks import guards
 
     from . import analyses, html, tidy
@@ -54,7 +54,7 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None) 
     folders = [p for p in tidy.unique_paths(paths) if os.path.normpath(p) == lead_run]
     # a relative link keeps working when the report and .asv/html move together
     index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
-                       profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths))
+                       profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths), extra=extra)
     if previous:
         print(f"note: replaced the report in {out} ({previous}); pass --report DIR to keep reports apart",
               file=sys.stderr)
@@ -104,20 +104,18 @@ def build(args) -> int:
     return 0
 
 
-def _print_agreement(table) -> None:
-    """For each machine with several runs: how far each run's times are from its predecessor's, raw and
-    normalised by the interleaved control GEMM (reports.noise)."""
-    from . import analyses, noise
+def _print_agreement(found: list[dict]) -> None:
+    """How far each run's times are from its predecessor's on the same machine, raw and normalised by the
+    interleaved control GEMM (``noise.agreements``)."""
+    import pandas as pd
+
+    from . import noise
     from .html import MISSING, displayable
 
-    keys = analyses.run_key(table)
-    for machine, g in table.groupby("machine"):
-        runs = list(g.date.groupby(keys[g.index]).max().sort_values().index)
-        for first, second in zip(runs, runs[1:]):
-            agree = noise.agreement(table, first, second)
-            if not agree.empty:
-                print(f"\n{machine}: {second} against {first}, |second/first - 1| over the cases both timed "
-                      f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
+    for a in found:
+        agree = pd.DataFrame(a["rows"]).set_index("metric")
+        print(f"\n{a['machine']}: {a['second']} against {a['first']}, |second/first - 1| over the cases both timed "
+              f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
 
 
 def compare(args) -> int:
@@ -128,7 +126,10 @@ def compare(args) -> int:
     if runs < 2:
         raise ValueError(f"compare needs two runs or more; {' and '.join(map(repr, args.paths))} hold"
                          f" {runs}. To report on one run: python -m reports build PATH")
-    _print_agreement(table)
+    from . import noise
+
+    found = noise.agreements(table)
+    _print_agreement(found)
     table = analyses.one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
     a = analyses.analyse_hardware(table)
     print(a.verdict)
@@ -136,7 +137,7 @@ def compare(args) -> int:
 
     for name, df in a.tables.items():
         print(f"\n{name}:\n{displayable(df).to_string(na_rep=MISSING)}")
-    print(os.path.abspath(_report(args.paths, args.report, table=table)))
+    print(os.path.abspath(_report(args.paths, args.report, table=table, extra={"agreement": found})))
     return 0
 
 

@@ -157,10 +157,11 @@ def describe(out: str) -> str | None:
 
 
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
-          profiles: list[dict] | None = None, inputs: list[str] | None = None) -> str:
+          profiles: list[dict] | None = None, inputs: list[str] | None = None, extra: dict | None = None) -> str:
     """Write the report for ``table`` into folder ``out``; returns the path of index.html. ``profiles``:
     profile records (``benchmarks.profile.load``, each with the ``root`` folder it was read from);
-    ``inputs``: the result folders it was read from, recorded in ``report.json``."""
+    ``inputs``: the result folders it was read from, recorded in ``report.json``, with ``extra``'s fields
+    (``compare``: the runs' agreement)."""
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
     os.makedirs(out, exist_ok=True)
@@ -205,7 +206,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
         "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict,
                       "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
-                     for a in results]})
+                     for a in results], **(extra or {})})
     path = os.path.join(out, "index.html")
     with open(path + ".tmp", "w") as f:
         f.write(page)

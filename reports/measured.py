@@ -2,7 +2,8 @@
 
 A report writes ``report.json`` next to its page: what it was built from (runs, commits, dates, the
 machine) and every analysis's verdict with its conditions and numbers. A copy of one, kept under
-``docs/measured/``, is a saved run the README quotes; so is the record a measurement script writes
+``docs/measured/``, is a saved run the README quotes (a ``compare`` report's also holds the runs'
+agreement, quoted with ``--only agreement``); so is the record a measurement script writes
 (``scripts/check_regression_detection.py --record``, kind ``regression-check``). Each generated block
 in the README names its record in its opening marker (and, for a report, optionally the analyses it
 quotes), ``markdown(record, name, only)`` renders it, and a test holds every block equal to that
@@ -42,7 +43,7 @@ def _machine(m: dict) -> str:
 
 
 def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
-    keys = [a["key"] for a in record["analyses"]]
+    keys = [a["key"] for a in record["analyses"]] + (["agreement"] if record.get("agreement") else [])
     unknown = [k for k in only or () if k not in keys]
     if unknown:
         raise ValueError(f"{name}: no analysis {', '.join(map(repr, unknown))}; allowed: {', '.join(keys)}")
@@ -53,6 +54,14 @@ def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
     for a in record["analyses"]:
         if a["verdict"] and (not only or a["key"] in only):
             lines.append(f"- **{a['claim']}, {a['title']}.** {a['verdict']}")
+    for a in record.get("agreement", []) if only and "agreement" in only else []:
+        by = {r["metric"]: r for r in a["rows"]}
+        told = "; ".join(f"{'raw' if m == 'time' else 'normalised by the control GEMM'}: median "
+                         f"{r['median_gap']:.1%}, worst {r['worst_gap']:.0%}, {r['within_3pct']} within 3%"
+                         for m, r in by.items())
+        cases = next(iter(by.values()))["cases"]
+        lines.append(f"- **Run-to-run agreement, {a['machine']}.** `{a['second']}` against `{a['first']}`, "
+                     f"|second/first - 1| over the {cases} cases both timed (≥ {a['min_time_s'] * 1e3:g} ms): {told}.")
     return lines
 
 

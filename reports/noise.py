@@ -62,3 +62,18 @@ def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
         rows.append({"metric": metric, "cases": len(common), "median_gap": float(gap.median()),
                      "worst_gap": float(gap.max()), "within_3pct": int((gap <= 0.03).sum())})
     return pd.DataFrame(rows).set_index("metric") if rows else pd.DataFrame()
+
+
+def agreements(t: pd.DataFrame) -> list[dict]:
+    """For each machine with several runs, each run against the one before it (by date): ``agreement``'s
+    rows as plain dicts, with the machine and both runs named."""
+    keys = run_key(t)
+    found = []
+    for machine, g in t.groupby("machine"):
+        runs = list(g.date.groupby(keys[g.index]).max().sort_values().index)
+        for first, second in zip(runs, runs[1:]):
+            agree = agreement(t, first, second)
+            if not agree.empty:
+                found.append({"machine": machine, "first": first, "second": second, "min_time_s": MIN_TIME_S,
+                              "rows": agree.reset_index().to_dict("records")})
+    return found

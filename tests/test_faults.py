@@ -527,6 +527,14 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
     page = open(tmp_path / "r" / "index.html").read()
     for text in (out, page):
         assert not re.search(r"\bNaN\b|<NA>|&lt;NA&gt;|\bNone\b|\bNaT\b", text.replace("No ", "")), text
+    # the runs' agreement is kept with the compare's report, for docs generated from it (reports.measured)
+    from reports import measured, noise
+
+    saved = measured.load(str(tmp_path / "r" / "report.json"))["agreement"]
+    assert saved == noise.agreements(tidy.load([a, b])) and len(saved) == 1
+    assert (saved[0]["first"], saved[0]["second"]) == (os.path.normpath(a), os.path.normpath(b))
+    assert "Run-to-run agreement, " in measured.markdown(measured.load(str(tmp_path / "r" / "report.json")), "r.json",
+                                                         ["agreement"])
 
 
 # -- noise: interleaved control, normalised times, busy machine, noisy cases (item 16) --------------------
