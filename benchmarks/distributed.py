@@ -136,11 +136,14 @@ def collectives(sends: list[tuple[str, tuple]], device) -> tuple[callable, int]:
 
 def _sent_bytes() -> int | None:
     """Bytes this machine's network interfaces have sent so far, loopback included (Linux sysfs)."""
-    paths = glob.glob("/sys/class/net/*/statistics/tx_bytes")
-    try:
-        return sum(int(open(p).read()) for p in paths) if paths else None
-    except (OSError, ValueError):
-        return None
+    total = None
+    for path in glob.glob("/sys/class/net/*/statistics/tx_bytes"):
+        try:
+            with open(path) as f:
+                total = (total or 0) + int(f.read())
+        except (OSError, ValueError):
+            return None
+    return total
 
 
 def wire_bytes(fn, device, calls: int = 10) -> float | None:
@@ -289,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             counts[status] += 1
             if runner is not None:
                 runner._write(AREA, "forward", record_params, status, reason, started, metrics)
+        current[0] = None
         dist.barrier()
     if rank == 0:
         print(f"{args.out}: {world} ranks ({backend}): " + ", ".join(f"{k} {v}" for k, v in counts.items()))

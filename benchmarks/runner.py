@@ -212,6 +212,7 @@ class Runner:
                     counts[record["status"]] += 1
                     self.records.append(record)
                     bar.update(1)
+        self.current = None
         return counts
 
     def summary(self, counts: dict[str, int]) -> str:
