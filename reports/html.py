@@ -204,7 +204,8 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
                   "analysed": row.analysed} for r, row in runs.iterrows()],
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
-        "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict,
+        "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "missing": list(a.missing),
+                      "has_data": bool(a.tables or a.numbers),
                       "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
                      for a in results], **(extra or {})})
     path = os.path.join(out, "index.html")

@@ -51,8 +51,8 @@ def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
     runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']})" for r in analysed)
     lines = [f"From the saved run [`{name}`]({name}): {runs}; {_machine(record['machine'])}; report generated "
              f"{record['generated']}. Each line is the report's own verdict, conditions included:", ""]
-    for a in record["analyses"]:
-        if a["verdict"] and (not only or a["key"] in only):
+    for a in record["analyses"]:  # without ``only``: the analyses that had data (an area not run is left out)
+        if a["verdict"] and (a["key"] in only if only else a.get("has_data", True)):
             lines.append(f"- **{a['claim']}, {a['title']}.** {a['verdict']}")
     for a in record.get("agreement", []) if only and "agreement" in only else []:
         by = {r["metric"]: r for r in a["rows"]}

@@ -87,6 +87,11 @@ def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
 
     record = {"analyses": [{"key": "c5_softmax", "claim": "C5", "title": "t", "verdict": "v", "conditions": "c"}],
               "runs": [], "machine": {"cpu_model": "x", "cpu_count": 2, "torch": "2"}, "generated": "now"}
+    not_run = {"key": "c3_parallel", "claim": "C3", "title": "p", "verdict": "No results: not run", "conditions": "",
+               "has_data": False}
+    block = measured.markdown({**record, "analyses": record["analyses"] + [not_run]}, "r.json")
+    assert "**C5, t.** v" in block and "not run" not in block  # an area not run is left out of the docs
+    assert "not run" in measured.markdown({**record, "analyses": [not_run]}, "r.json", ["c3_parallel"])
     with pytest.raises(ValueError, match="r.json: no analysis 'c9'; allowed: c5_softmax"):
         measured.markdown(record, "r.json", ["c9"])
     with pytest.raises(ValueError, match="unknown record kind 'x'; allowed: report, regression-check"):
