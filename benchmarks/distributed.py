@@ -241,10 +241,15 @@ def spawn_measure(params: dict, ranks: int, min_run_time: float = 0.2) -> dict:
         return read_json(result)
 
 
+def record_params(params: dict, world: int, backend: str, device) -> dict:
+    """A case's parameters as its record stores them: the grid's axes, and where it ran."""
+    return {**params, "ranks": world, "backend": backend, "device": device.type}
+
+
 def recorded_here(runner, todo: list[dict], world: int, backend: str, device) -> list[bool]:
     """For each case, whether the folder already holds its record at this commit (a rerun resumes)."""
     def done(p):
-        path = runner.path(case_key(AREA, "forward", {**p, "ranks": world, "backend": backend, "device": device.type}))
+        path = runner.path(case_key(AREA, "forward", record_params(p, world, backend, device)))
         rec = runner._read(path) if os.path.exists(path) else None
         return rec is not None and rec.get("commit") == runner.commit and rec.get("status") == "ok"
 
@@ -282,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             if skip:
                 counts["resumed"] += 1
                 continue
-            record_params = {**params, "ranks": world, "backend": backend, "device": device.type}
-            current[0], started = case_key(AREA, "forward", record_params), time.time()
+            stored = record_params(params, world, backend, device)
+            current[0], started = case_key(AREA, "forward", stored), time.time()
             if params["heads"] % world or params["d_model"] % params["heads"]:
                 status, reason, metrics = "skipped", f"heads={params['heads']} do not split over {world} ranks", None
             else:
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 metrics["hosts"] = len(set(hosts))
             counts[status] += 1
             if runner is not None:
-                runner._write(AREA, "forward", record_params, status, reason, started, metrics)
+                runner._write(AREA, "forward", stored, status, reason, started, metrics)
         current[0] = None
         dist.barrier()
     if rank == 0:

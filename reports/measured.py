@@ -29,6 +29,19 @@ def begin(name: str, only: list[str] | None = None) -> str:
             f"do not edit) -->")
 
 
+def save(path: str, kind: str, commit: str | None, **fields) -> None:
+    """Write a measurement script's record of ``kind`` (one of RENDER's) at ``path``: when, at which commit,
+    on which machine, and the script's own ``fields``; the README block is then ``markdown(load(path), path)``."""
+    import datetime as dt
+
+    from benchmarks import machine
+
+    facts = machine.metadata()
+    machine.write_json_atomic(path, {
+        "kind": kind, "generated": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit,
+        "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")}, **fields})
+
+
 def markdown(record: dict, name: str, only: list[str] | None = None) -> str:
     """The README block for the saved record ``record`` kept at path ``name``; ``only``: the keys of the
     report's analyses to quote (default: every analysis with a verdict)."""

@@ -23,9 +23,8 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     if times.empty:
         return a.without("no parallel results", not_measured(t, "parallel", "head-parallel") + (
             " Measure it with torchrun --nproc_per_node=N -m benchmarks.distributed --out <run>, for N = 1 and more."))
-    metrics = _ok(t, "parallel", "comm_share").set_index(CASE + ["ranks"]).value
-    compute = _ok(t, "parallel", "compute_s").set_index(CASE + ["ranks"]).value
-    per = times.set_index(CASE + ["ranks"]).value
+    metrics, compute = _per_case(t, "comm_share"), _per_case(t, "compute_s")
+    per = _per_case(t, "time")
     ranks = sorted(per.index.get_level_values("ranks").unique())
     a.conditions = _conditions(times)
     if len(ranks) < 2 or 1 not in ranks:
@@ -68,9 +67,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                  f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
                  f"{at_w.comm_share.max():.0%}) when the collectives are timed on their own; inside the layer "
                  f"(end to end minus the same forward without them) they add {at_w.comm_in_layer_share.median():.0%}."]
-    wire = _ok(t, "parallel", "comm_bytes_measured").set_index(CASE + ["ranks"]).value
-    counted = _ok(t, "parallel", "comm_bytes").set_index(CASE + ["ranks"]).value
-    over = (wire / counted).dropna()
+    over = (_per_case(t, "comm_bytes_measured") / _per_case(t, "comm_bytes")).dropna()
     over = over[over.index.get_level_values("ranks") > 1]
     if len(over):
         a.numbers["median_wire_over_counted_bytes"] = float(over.median())
@@ -103,6 +100,11 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                          f"machines or GPUs are needed to see the compute shrink.")
     a.verdict = f"{a.conditions}: " + " ".join(sentences)
     return a
+
+
+def _per_case(t: pd.DataFrame, metric: str) -> pd.Series:
+    """One metric of the parallel area's measured cases, indexed by case and rank count."""
+    return _ok(t, "parallel", metric).set_index(CASE + ["ranks"]).value
 
 
 def _conditions(rows: pd.DataFrame) -> str:

@@ -69,19 +69,15 @@ def parse_row(row: str) -> dict:
 
 def record(path: str, base: str, out_control: str, out_slow: str, passed: bool, seconds: float) -> None:
     """Save the check's findings as a JSON record (kind ``regression-check``) for the README."""
-    import datetime as dt
-
     sys.path.insert(0, ROOT)
-    from benchmarks import cases, machine
+    from benchmarks import cases
+    from reports import measured
 
-    facts = machine.metadata()
     cpu_cases = cases.select("attention", grid=os.environ.get("ATTENTION_BENCH_GRID", "quick"), device="cpu")
-    machine.write_json_atomic(path, {
-        "kind": "regression-check", "generated": dt.datetime.now().isoformat(timespec="seconds"), "commit": base,
-        "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-        "benchmark": BENCH, "factor": FACTOR, "cases": len(cpu_cases), "passed": passed, "seconds": seconds,
-        "control": {"changed": [parse_row(r) for r in changed_rows(out_control)]},
-        "slowdown": {"changed": [parse_row(r) for r in changed_rows(out_slow)]}})
+    measured.save(path, "regression-check", base, benchmark=BENCH, factor=FACTOR, cases=len(cpu_cases),
+                  passed=passed, seconds=seconds,
+                  control={"changed": [parse_row(r) for r in changed_rows(out_control)]},
+                  slowdown={"changed": [parse_row(r) for r in changed_rows(out_slow)]})
 
 
 def main() -> int:

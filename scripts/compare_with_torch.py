@@ -112,16 +112,11 @@ def main() -> None:
 
 def record(path: str, args, peak: float, rows: list[dict]) -> None:
     """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
-    import datetime as dt
-
     from benchmarks import runner
+    from reports import measured
 
-    facts = machine.metadata()
-    machine.write_json_atomic(path, {
-        "kind": "compare-with-torch", "generated": dt.datetime.now().isoformat(timespec="seconds"),
-        "commit": runner.commit(), "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-        "threads": args.threads, "rounds": args.rounds, "min_run_time": args.min_run_time, "dtype": "float32",
-        "gemm_peak_flops_per_s": peak, "comparisons": rows})
+    measured.save(path, "compare-with-torch", runner.commit(), threads=args.threads, rounds=args.rounds,
+                  min_run_time=args.min_run_time, dtype="float32", gemm_peak_flops_per_s=peak, comparisons=rows)
 
 
 if __name__ == "__main__":
