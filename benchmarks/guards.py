@@ -2,6 +2,7 @@
 is allowed, while nothing has been spent or written yet.
 
     seconds          an argparse type: a finite number of seconds > 0 (NaN or inf would hang a timing loop)
+    count            an argparse type: a whole number >= 1 (check_count: the same for the Python API)
     writable_folder  a folder results or a report can be written into (created if missing)
     writable_file    a file path whose folder exists and is writable
     check_devices    the devices asked for exist on this machine
@@ -23,6 +24,24 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """argparse ``type=``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def check_count(name: str, value: int) -> int:
+    """``count`` for the Python API: raise ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     return value
 
 

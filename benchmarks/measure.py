@@ -8,6 +8,8 @@ range are over the per-call times of those blocks.
 
 from __future__ import annotations
 
+import datetime as dt
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,32 +71,58 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
     return telemetry.sample(fn, torch.cuda.current_device(), min_time=min_time)
 
 
+def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict:
+    """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
+    before and just after it (their geometric mean), and when it started."""
+    control = device == "cpu"
+    started = dt.datetime.now(dt.timezone.utc).isoformat()
+    before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
+    timing = blocked_timing(fn, min_run_time)
+    after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
+    return {"started_at": started, "median_s": timing.median, "q25_s": timing.q25, "q75_s": timing.q75,
+            "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
+            "control_flops_per_s": (before * after) ** 0.5 if control else None}
+
+
+def combined(rounds: list[dict]) -> dict:
+    """A record's time fields from its rounds (``timed_round``): the median over rounds of each round's
+    median and quartiles (one round: that round's), the blocks of all rounds, the median control; with
+    several rounds also the best round's median (``time_best_round_s``): on a shared machine whose
+    neighbours only ever slow it down, the round least disturbed."""
+    med = lambda key: float(statistics.median(r[key] for r in rounds))  # noqa: E731
+    controls = [r["control_flops_per_s"] for r in rounds if r["control_flops_per_s"]]
+    q25, q75 = med("q25_s"), med("q75_s")
+    fields = {"time_median_s": med("median_s"), "time_q25_s": q25, "time_q75_s": q75, "time_iqr_s": q75 - q25,
+              "blocks": sum(r["blocks"] for r in rounds), "calls_per_block": rounds[-1]["calls_per_block"],
+              "control_flops_per_s": float(statistics.median(controls)) if controls else None, "rounds": rounds}
+    if len(rounds) > 1:
+        fields["time_best_round_s"] = min(r["median_s"] for r in rounds)
+    return fields
+
+
 def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,
-            telemetry_time: float = 1.0) -> dict:
+            telemetry_time: float = 1.0, previous: dict | None = None) -> dict:
     """Every metric of one method of a built case, as a flat dict (one runner record); with this machine's
-    GEMM ``peak`` for the case (``machine.calibrate``), its fraction of that peak too."""
+    GEMM ``peak`` for the case (``machine.calibrate``), its fraction of that peak too. With ``previous``
+    (this method's record after its earlier rounds), one more round of timing joins theirs and what is not
+    a time (GPU memory and telemetry) is kept from ``previous``, not measured again."""
     fn, work, tokens = case.work(method)
     if method == "graph":
         return graph_metrics(case)
     with using_threads(case.threads):
         # no separate warm-up call: blocked_autorange first runs fn to size its blocks, at this thread count,
         # which torch documents as the warm-up; one more call here cost a quarter of the default grid's time
-        control = case.device == "cpu"
-        before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
-        timing = blocked_timing(fn, min_run_time)
-        after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
-        record: dict[str, Any] = {
-            "time_median_s": timing.median, "time_q25_s": timing.q25, "time_q75_s": timing.q75,
-            "time_iqr_s": timing.iqr, "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
-            "threads": torch.get_num_threads() if case.device == "cpu" else None,
-            "tokens": tokens, "matmul_flops": work.matmul_total, "other_flops": work.other_total,
-            "achieved_flops_per_s": work.matmul_total / timing.median,
-            "tokens_per_s": tokens / timing.median,
-            "control_flops_per_s": (before * after) ** 0.5 if control else None,
-        }
+        rounds = (previous or {}).get("rounds", []) + [timed_round(fn, case.device, min_run_time)]
+        kept = {k: v for k, v in (previous or {}).items() if k.startswith("gpu_") or k == "energy_per_token_j"}
+        record: dict[str, Any] = {**kept, **combined(rounds),
+                                  "threads": torch.get_num_threads() if case.device == "cpu" else None,
+                                  "tokens": tokens, "matmul_flops": work.matmul_total,
+                                  "other_flops": work.other_total}
+        median = record["time_median_s"]
+        record.update(achieved_flops_per_s=work.matmul_total / median, tokens_per_s=tokens / median)
         if peak is not None:
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
-        if case.device == "cuda":
+        if case.device == "cuda" and previous is None:
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
             try:
                 t = gpu_telemetry(fn, case.device, telemetry_time)

@@ -94,10 +94,12 @@ class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
     def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
-                 name: str | None = None):
+                 name: str | None = None, rounds: int = 1):
         guards.check_seconds("min_run_time", min_run_time)
         guards.check_seconds("telemetry_time", telemetry_time)
+        self.rounds = guards.check_count("rounds", rounds)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
+        self._built: dict[str, cases.Prepared] = {}  # with several rounds, each case built once for all
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
         self.commit = commit()
         # a record without a commit is still a measurement: reports label it by its folder and date
@@ -120,17 +122,23 @@ class Runner:
             print(f"warning: {error}; set aside as {moved}, measured again", file=sys.stderr)
             return None
 
-    def done(self, area: str, params: dict) -> bool:
-        """Whether every method of the case already has a record of this commit (a resumed run skips it;
-        a record of another commit, or one that cannot be read, is measured again)."""
-        for method in cases.METHODS[area]:
-            path = self.path(case_key(area, method, params))
-            if not os.path.exists(path):
-                return False
-            record = self._read(path)
-            if record is None or record.get("commit") != self.commit:
-                return False
-        return True
+    def _recorded(self, area: str, method: str, params: dict) -> tuple[int, dict | None]:
+        """How many of this run's rounds the method's record already holds, and the record: 0 for none, one
+        of another commit or of a run with another number of rounds, or one that cannot be read; all of
+        them for a record that is not a time (skipped, failed, a graph)."""
+        path = self.path(case_key(area, method, params))
+        record = self._read(path) if os.path.exists(path) else None
+        if record is None or record.get("commit") != self.commit or record.get("rounds_planned", 1) != self.rounds:
+            return 0, None
+        if record.get("status") != "ok" or "time_median_s" not in record:
+            return self.rounds, record
+        return len(record.get("rounds", [None])), record
+
+    def done(self, area: str, params: dict, round_: int | None = None) -> bool:
+        """Whether every method of the case already has a record of this commit with ``round_`` rounds (by
+        default all of this run's): a resumed run skips it."""
+        need = self.rounds if round_ is None else round_
+        return all(self._recorded(area, m, params)[0] >= need for m in cases.METHODS[area])
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")
@@ -144,11 +152,15 @@ class Runner:
         return peaks
 
     def _write(self, area: str, method: str, params: dict, status: str, reason: str | None, started: float,
-               metrics: dict | None = None) -> dict:
+               metrics: dict | None = None, previous: dict | None = None) -> dict:
+        """Write one record; after a further round, ``previous`` (the record so far) keeps its start time
+        and its duration adds up."""
         record = {"area": area, "method": method, "params": params, "status": status, "reason": reason,
                   "commit": self.commit, "machine": self.name,
-                  "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-                  "duration_s": time.time() - started, "min_run_time": self.min_run_time,
+                  "started_at": previous["started_at"] if previous else
+                  dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+                  "duration_s": time.time() - started + (previous["duration_s"] if previous else 0.0),
+                  "min_run_time": self.min_run_time, "rounds_planned": self.rounds,
                   "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                   # which of torchrun's ranks measured it (0 of 1 without torchrun)
                   "rank": int(os.environ.get("RANK", 0)), "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -156,26 +168,39 @@ class Runner:
         machine.write_json_atomic(self.path(case_key(area, method, params)), record)
         return record
 
-    def run_case(self, area: str, params: dict, peaks: dict[str, float]) -> list[dict]:
-        """Build one case and measure each of its methods, writing one record per method."""
-        started = time.time()
-        torch.manual_seed(0)
-        try:
+    def _build(self, area: str, params: dict) -> cases.Prepared:
+        key = case_key(area, "", params)
+        if key not in self._built:
+            torch.manual_seed(0)
             case = cases.build(area, params)
+            if self.rounds == 1:
+                return case
+            self._built[key] = case
+        return self._built[key]
+
+    def run_case(self, area: str, params: dict, peaks: dict[str, float], round_: int = 1) -> list[dict]:
+        """Build one case and measure each of its methods that lacks round ``round_`` (of ``rounds``; each
+        round times ``min_run_time / rounds`` seconds), writing one record per method."""
+        started = time.time()
+        try:
+            case = self._build(area, params)
         except Exception as error:  # recorded, never fatal
             status, reason = _failure(error)
             return [self._write(area, m, params, status, reason, started) for m in cases.METHODS[area]]
         records = []
         for method in cases.METHODS[area]:
             started = time.time()
+            have, previous = self._recorded(area, method, params)
+            if have >= round_:
+                continue
             if method not in case.methods():
                 records.append(self._write(area, method, params, "skipped", f"no {method} for this case", started))
                 continue
             try:
                 peak = peaks.get(machine.peak_key(case.device, case.dtype, case.threads))
-                metrics = measure.measure(case, method, min_run_time=self.min_run_time, peak=peak,
-                                          telemetry_time=self.telemetry_time)
-                records.append(self._write(area, method, params, "ok", None, started, metrics))
+                metrics = measure.measure(case, method, min_run_time=self.min_run_time / self.rounds, peak=peak,
+                                          telemetry_time=self.telemetry_time, previous=previous)
+                records.append(self._write(area, method, params, "ok", None, started, metrics, previous))
             except Exception as error:
                 status, reason = _failure(error)
                 records.append(self._write(area, method, params, status, reason, started))
@@ -195,24 +220,38 @@ class Runner:
         counts = dict.fromkeys(STATUSES, 0)
         remaining = [(a, p) for a, p in todo if not self.done(a, p)]
         counts["resumed"] = len(todo) - len(remaining)
-        # progress in timed methods, not cases: each method costs at least min_run_time, so the time left
-        # that tqdm estimates follows the work left
+        # progress in timed method-rounds, not cases: each costs at least min_run_time / rounds, so the time
+        # left that tqdm estimates follows the work left
+        steps = sum(self.rounds - self._recorded(a, m, p)[0] for a, p in remaining for m in cases.METHODS[a])
         methods = sum(len(cases.METHODS[a]) for a, _ in remaining)
         if progress:  # the header counts what the bar counts
+            rounds = f" in {self.rounds} interleaved rounds ({steps} method-rounds)" if self.rounds > 1 else ""
             print(f"{len(todo)} cases: {counts['resumed']} already recorded, {len(remaining)} to measure "
-                  f"({methods} methods, at least {self.min_run_time:g} s of timing each)", file=sys.stderr)
+                  f"({methods} methods, at least {self.min_run_time:g} s of timing each{rounds})", file=sys.stderr)
         # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
         # and second-long methods, so a moving rate swings the time left several-fold)
-        bar = tqdm(total=methods, desc="measuring", unit="method", disable=not progress, file=sys.stderr, smoothing=0)
+        bar = tqdm(total=steps, desc="measuring", unit="method" if self.rounds == 1 else "method-round",
+                   disable=not progress, file=sys.stderr, smoothing=0)
+        final: dict[str, dict] = {}
         with bar:
-            for area, params in remaining:
-                self.current = case_key(area, "", params).replace("----", " ")
-                bar.set_postfix_str(self.current[:60])
-                for record in self.run_case(area, params, peaks):
-                    counts[record["status"]] += 1
-                    self.records.append(record)
-                    bar.update(1)
+            # round by round over the whole grid: each case's rounds are spread over the run, so that a slow
+            # spell of a shared machine hits one round of many cases rather than every round of a few
+            for round_ in range(1, self.rounds + 1):
+                for area, params in remaining:
+                    if self.done(area, params, round_):
+                        continue
+                    self.current = case_key(area, "", params).replace("----", " ") + (
+                        f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
+                    bar.set_postfix_str(self.current[:70])
+                    for record in self.run_case(area, params, peaks, round_):
+                        final[case_key(record["area"], record["method"], record["params"])] = record
+                        timed = record["status"] == "ok" and "time_median_s" in record
+                        bar.update(1 if timed else self.rounds - round_ + 1)  # nothing more to time for it
+        self._built.clear()
         self.current = None
+        for record in final.values():
+            counts[record["status"]] += 1
+        self.records.extend(final.values())
         return counts
 
     def summary(self, counts: dict[str, int]) -> str:
@@ -371,12 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/runs/latest", help="folder for machine.json and cases/")
     parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
     parser.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
+    parser.add_argument("--rounds", type=guards.count, default=1, metavar="R",
+                        help="time each method in R rounds interleaved over the whole run (default 1), splitting "
+                             "--min-run-time between them: the time is their median; the best round is kept too")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
         todo = plan(args.grid, args.area, args.device)
         guards.writable_folder(args.out, "--out")
-        runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine)
+        runner = Runner(args.out, min_run_time=args.min_run_time, name=args.machine, rounds=args.rounds)
         ranks = Ranks()
     except ValueError as error:
         parser.error(str(error))

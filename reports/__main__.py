@@ -71,7 +71,7 @@ def measure(args) -> int:
         todo = runner.plan(args.grid, devices=args.device)
         guards.writable_folder(out, "--out")
         guards.writable_folder(args.report, "--report")
-        r = runner.Runner(out, min_run_time=args.min_run_time, name=name)
+        r = runner.Runner(out, min_run_time=args.min_run_time, name=name, rounds=args.rounds)
         ranks = runner.Ranks()  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     measuring.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
     measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
     measuring.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
+    measuring.add_argument("--rounds", type=guards.count, default=1, metavar="R",
+                           help="time each method in R rounds interleaved over the whole run (default 1), splitting "
+                                "--min-run-time between them: the time is their median; the best round is kept too")
     measuring.add_argument("--no-progress", action="store_true")
     measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],

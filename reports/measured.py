@@ -67,9 +67,11 @@ def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
     for a in record["analyses"]:  # without ``only``: the analyses that had data (an area not run is left out)
         if a["verdict"] and (a["key"] in only if only else a.get("has_data", True)):
             lines.append(f"- **{a['claim']}, {a['title']}.** {a['verdict']}")
+    from .noise import AGREEMENT_METRICS
+
     for a in record.get("agreement", []) if only and "agreement" in only else []:
         by = {r["metric"]: r for r in a["rows"]}
-        told = "; ".join(f"{'raw' if m == 'time' else 'normalised by the control GEMM'}: median "
+        told = "; ".join(f"{AGREEMENT_METRICS.get(m, m)}: median "
                          f"{r['median_gap']:.1%}, worst {r['worst_gap']:.0%}, {r['within_3pct']} within 3%"
                          for m, r in by.items())
         cases = next(iter(by.values()))["cases"]

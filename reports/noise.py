@@ -2,7 +2,8 @@
 
 Each CPU time in a runner folder is stored next to a control GEMM measured just before and after it
 (``benchmarks.measure.CONTROL_SIZE``); ``time_normalised`` is the time scaled by that control's rate
-over the run's typical rate (``reports.tidy``). ``agreement`` sets two runs side by side case by
+over the run's typical rate (``reports.tidy``). A run timed in interleaved rounds (``--rounds``) also
+has ``time_best_round``, its least disturbed round. ``agreement`` sets two runs side by side case by
 case and says how far apart they are, both ways, so that a user sees whether the normalisation helps
 on their machine instead of taking it on trust.
 """
@@ -14,6 +15,10 @@ import pandas as pd
 from . import tidy
 from .analyses import case_columns, run_key
 
+#: the estimates of a case's time whose agreement is told: the median (raw), normalised by the control, and
+#: with several rounds (``--rounds``) the best round's median
+AGREEMENT_METRICS = {"time": "raw", "time_normalised": "normalised by the control GEMM",
+                     "time_best_round": "best round"}
 #: cases faster than this are left out: their times are dominated by timer and launch noise
 MIN_TIME_S = 1e-3
 
@@ -40,12 +45,12 @@ def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
-    """Per metric (``time``, ``time_normalised``): how many common timed cases, and the median and worst
+    """Per metric (AGREEMENT_METRICS that both runs have): how many common timed cases, and the median and worst
     |second / first - 1| over them, for runs ``first`` and ``second`` (their ``run`` labels)."""
     keys = run_key(t)
     columns = ["area", "method", *tidy.PARAMS]
     rows = []
-    for metric in ("time", "time_normalised"):
+    for metric in AGREEMENT_METRICS:
         ok = t[(t.metric == metric) & (t.status == "ok")]
 
         def one(run, ok=ok):

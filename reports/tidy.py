@@ -29,6 +29,7 @@ UNITS = {
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
     "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
+    "time_best_round": "s",
     "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
 }
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
@@ -120,22 +121,29 @@ CONTROL_WINDOW = 15
 
 
 def _normalised(records: list[dict], base: dict) -> list[dict]:
-    """``time_normalised`` rows: each time x the machine's speed around it / its typical speed over the run,
-    at the same thread count. Speed: the interleaved control GEMM (benchmarks.measure.CONTROL_SIZE), as
-    the median of the CONTROL_WINDOW controls nearest in time; typical: the run's median control. The time
-    the case would have taken had the machine run at its typical speed for this run."""
+    """``time_normalised`` rows: each round's time x the machine's speed around it / its typical speed over
+    the run, at the same thread count, and the median over the record's rounds (one round: its time).
+    Speed: the interleaved control GEMM (benchmarks.measure.CONTROL_SIZE), as the median of the
+    CONTROL_WINDOW controls nearest in time; typical: the run's median control. The time the case would
+    have taken had the machine run at its typical speed for this run."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("control_flops_per_s") and r.get("time_median_s")]
     if not ok:
         return []
-    frame = pd.DataFrame({"threads": [r.get("threads") for r in ok], "control": [r["control_flops_per_s"] for r in ok],
-                          "started": [r.get("started_at") or "" for r in ok]}).sort_values("started", kind="stable")
+    rounds = [(i, r.get("threads"), x["control_flops_per_s"], x.get("started_at") or "", x["median_s"])
+              for i, r in enumerate(ok) for x in r.get("rounds") or
+              [{"control_flops_per_s": r["control_flops_per_s"], "started_at": r.get("started_at"),
+                "median_s": r["time_median_s"]}] if x.get("control_flops_per_s")]
+    frame = pd.DataFrame(rounds, columns=["record", "threads", "control", "started", "time"]).sort_values(
+        "started", kind="stable")
     speed = frame.groupby("threads").control.transform(
         lambda c: c.rolling(CONTROL_WINDOW, center=True, min_periods=1).median())
-    factors = (speed / frame.groupby("threads").control.transform("median")).sort_index()
+    frame["normalised"] = frame.time * speed / frame.groupby("threads").control.transform("median")
+    normalised = frame.groupby("record").normalised.median()
     out = []
-    for r, factor in zip(ok, factors):
-        row = next(x for x in _runner_rows(r, base) if x["metric"] == "time")
-        out.append({**row, "metric": "time_normalised", "value": row["value"] * factor, "q25": row["q25"] * factor,
+    for i, value in normalised.items():
+        row = next(x for x in _runner_rows(ok[i], base) if x["metric"] == "time")
+        factor = value / row["value"]
+        out.append({**row, "metric": "time_normalised", "value": value, "q25": row["q25"] * factor,
                     "q75": row["q75"] * factor, "iqr": row["iqr"] * factor})
     return out
 
@@ -153,6 +161,8 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
          "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"]}]
+    if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
+        rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
             rows.append({**common, "metric": metric, "unit": unit, "value": rec[metric]})

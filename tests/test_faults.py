@@ -278,6 +278,15 @@ def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, 
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "five"])
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_rounds_must_be_a_whole_number_of_at_least_one(tmp_path, capsys, value, module):
+    code, err = in_process(capsys, f"--rounds={value}", "--out", str(tmp_path / "run"), "--no-progress",
+                           module=module)
+    assert code == 2 and f"--rounds: must be a whole number >= 1, got {value!r}" in err
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_python_api_refuses_nan_seconds(tmp_path):
     with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got nan"):
         runner.Runner(str(tmp_path), min_run_time=float("nan"))
@@ -553,6 +562,35 @@ def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_pea
     assert (norm / raw[norm.index]).between(0.1, 10).all()
     agree = noise.agreement(t, os.path.normpath(a), os.path.normpath(b))
     assert set(agree.index) <= {"time", "time_normalised"} and (agree.worst_gap >= agree.median_gap).all()
+
+
+def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(tmp_path):
+    """30 cases timed in 2 interleaved rounds; the machine ran at half speed (control 50 vs 100 GFLOP/s) during
+    the whole second round, in which every case took 2 s instead of 1 s. Normalised round by round, every
+    case takes the same 4/3 s (its time at the run's typical control, 75); a record-level control (the
+    median of its two rounds, 75 everywhere) would have left 1.5 s. The best round is the 1 s one."""
+    from benchmarks.measure import combined
+    from reports import noise
+
+    (tmp_path / "cases").mkdir()
+    machine.write_json_atomic(str(tmp_path / "machine.json"), {
+        "machine": {**machine.metadata(), "hostname": "vm"}, "gemm_peaks": {}, "commit": "a" * 40, "name": "vm"})
+    at = lambda s: f"2026-12-04T08:{s // 60:02d}:{s % 60:02d}+00:00"  # noqa: E731
+    for i in range(30):
+        rounds = [{"started_at": at(i), "median_s": 1.0, "q25_s": 1.0, "q75_s": 1.0, "blocks": 1,
+                   "calls_per_block": 1, "control_flops_per_s": 100e9},
+                  {"started_at": at(100 + i), "median_s": 2.0, "q25_s": 2.0, "q75_s": 2.0, "blocks": 1,
+                   "calls_per_block": 1, "control_flops_per_s": 50e9}]
+        params = {"heads": i + 1, "strategy": "sdpa", "out_proj": True, "device": "cpu"}
+        machine.write_json_atomic(str(tmp_path / "cases" / (runner.case_key("multihead", "forward", params) + ".json")), {
+            "area": "multihead", "method": "forward", "params": params, "status": "ok", "reason": None,
+            "commit": "a" * 40, "started_at": at(i), "threads": 2, **combined(rounds)})
+    t = tidy.load([str(tmp_path)])
+    value = lambda metric: t[t.metric == metric].value  # noqa: E731
+    assert (value("time") == 1.5).all() and len(value("time")) == 30
+    assert value("time_normalised").tolist() == pytest.approx([4 / 3] * 30)
+    assert (value("time_best_round") == 1.0).all() and len(value("time_best_round")) == 30
+    assert set(noise.AGREEMENT_METRICS) >= {"time", "time_normalised", "time_best_round"}
 
 
 def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):

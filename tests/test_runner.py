@@ -100,6 +100,54 @@ def test_out_of_memory_and_errors_are_recorded_and_the_sweep_goes_on(tmp_path, m
     assert failed["status"] == "failed" and "ZeroDivisionError: broken model" in failed["reason"]
 
 
+def test_rounds_are_interleaved_over_the_run_and_combined_in_each_record(tmp_path):
+    plan = [PLAN[0], PLAN[2], PLAN[3]]  # two CPU cases, three timed methods, and a CUDA case (skipped here)
+    r = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3)
+    counts = r.run(plan, progress=False)
+    recs = records(tmp_path)
+    timed = {k: v for k, v in recs.items() if v["status"] == "ok"}
+    assert counts["ok"] == len(timed) == 3 + (1 if torch.cuda.is_available() else 0)
+    assert len(r.records) == len(recs)  # one final record per method, not one per round
+    for rec in timed.values():
+        medians = [x["median_s"] for x in rec["rounds"]]
+        assert len(medians) == 3 and rec["rounds_planned"] == 3
+        assert rec["time_median_s"] == pytest.approx(sorted(medians)[1])
+        assert rec["time_best_round_s"] == min(medians)
+        assert rec["achieved_flops_per_s"] == pytest.approx(rec["matmul_flops"] / rec["time_median_s"])
+        assert rec["blocks"] == sum(x["blocks"] for x in rec["rounds"])
+    # round by round over the whole grid: every method's round k starts before any method's round k + 1
+    starts = sorted((x["started_at"], i) for rec in timed.values() for i, x in enumerate(rec["rounds"]))
+    assert [i for _, i in starts] == [0] * 3 + [1] * 3 + [2] * 3
+
+
+def test_an_interrupted_run_in_rounds_resumes_at_the_round_it_stopped(tmp_path, monkeypatch):
+    plan = [PLAN[0], PLAN[2]]
+    real, calls = measure.measure, []
+
+    def interrupted(case, method, **kw):
+        calls.append(method)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # Ctrl-C in the second round
+        return real(case, method, **kw)
+
+    monkeypatch.setattr(measure, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)
+    before = records(tmp_path)
+    assert sorted(len(r["rounds"]) for r in before.values()) == [1, 1, 2]  # whole records, rounds so far
+    monkeypatch.setattr(measure, "measure", real)
+    counts = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)
+    assert counts["ok"] == 3 and counts["resumed"] == 0
+    after = records(tmp_path)
+    for key, rec in after.items():  # the rounds measured before the interruption are kept, not measured again
+        assert len(rec["rounds"]) == 3 and rec["rounds"][:len(before[key]["rounds"])] == before[key]["rounds"]
+        assert rec["started_at"] == before[key]["started_at"]
+    assert runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)["resumed"] == 2
+    # a run with another number of rounds measures every case again, from its first round
+    counts = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=2).run(plan, progress=False)
+    assert counts["resumed"] == 0 and all(len(r["rounds"]) == 2 for r in records(tmp_path).values())
+
+
 def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
     with pytest.raises(ValueError, match="unknown grid 'huge'.*quick"):
         runner.plan("huge")
@@ -109,6 +157,9 @@ def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
         runner.plan("quick", None, ["tpu"])
     with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got -1"):
         runner.Runner(str(tmp_path), min_run_time=-1)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=f"rounds must be a whole number >= 1, got {bad!r}"):
+            runner.Runner(str(tmp_path), rounds=bad)
     assert {p.get("device", "cpu") for _, p in runner.plan("quick", None, ["cpu"])} == {"cpu"}
 
 
