@@ -3,7 +3,8 @@ GPU peak memory and NVML telemetry. Shared by the asv tracks and the in-process 
 
 Timing is torch.utils.benchmark's ``blocked_autorange``: blocks of calls long enough to swamp the
 timer's overhead, repeated for at least ``min_run_time`` seconds; the median and the interquartile
-range are over the per-call times of those blocks.
+range are over the per-call times of those blocks. A method may be timed in several rounds (the
+runner's ``--rounds``); ``combined`` makes one record of them.
 """
 
 from __future__ import annotations

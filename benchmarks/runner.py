@@ -9,7 +9,12 @@ recorded as ``skipped``, one that runs out of memory as ``oom`` and any other er
 each with its reason; the sweep goes on. A record that cannot be read (cut short, say) is moved to
 ``<out>/set-aside/``, named in the run's summary, and its case is measured again.
 
+With ``--rounds R`` each method is timed in R rounds spread over the whole run (R passes over the grid,
+``min_run_time / R`` seconds each), its record rewritten after each round: on a shared machine whose
+speed changes over seconds, two such runs agree more closely than two runs of one long timing each.
+
     python -m benchmarks.runner --grid quick --out results/runs/mine
+    python -m benchmarks.runner --grid default --rounds 5 --out results/runs/mine   (interleaved rounds)
     torchrun --nproc_per_node=N -m benchmarks.runner ...    the grid spread over N ranks (class Ranks)
 """
 
