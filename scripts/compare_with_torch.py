@@ -22,13 +22,17 @@ it (``python -m reports measured F.json``).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 
 import torch
 import torch.utils.benchmark as tb
 
-from benchmarks import cases, machine
-from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's packages
+
+from benchmarks import cases, machine  # noqa: E402
+from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
 
 MHA_TARGET, TRANSFORMER_TARGET = 0.75, 0.95
 

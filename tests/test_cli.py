@@ -2,6 +2,8 @@
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -112,3 +114,13 @@ def test_the_regression_check_reads_asvs_table_rows():
     assert [(r["change"], r["before"], r["ratio"], r["benchmark"]) for r in rows] == [
         ("+", "16.4±1ms", 2.09, "bench_attention.X.time_forward(128, 'sdpa')"),
         ("-", "2.0±0.1ms", 0.5, "bench_attention.X.time_forward(512, 'math')")]
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "scripts"))
+                                          if f.endswith(".py")))
+def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, script):
+    """``.venv/bin/python scripts/X.py``: the script finds the project's packages (benchmarks, reports are not
+    installed), whatever the current folder."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", script)
+    done = subprocess.run([sys.executable, path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
