@@ -104,7 +104,7 @@ class Runner:
         guards.check_seconds("telemetry_time", telemetry_time)
         self.rounds = guards.check_count("rounds", rounds)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
-        self._built: dict[str, cases.Prepared] = {}  # with several rounds, each case built once for all
+        self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
         self.commit = commit()
         # a record without a commit is still a measurement: reports label it by its folder and date
@@ -174,14 +174,17 @@ class Runner:
         return record
 
     def _build(self, area: str, params: dict) -> cases.Prepared:
+        """The case, built from seed 0. In a run of several rounds a CPU case is built once and kept for the
+        run (all of the default CPU grid: about 2.4 GB); a GPU case is built again each round (the same
+        weights and inputs), so that cases kept alive never take the GPU memory a later case needs."""
         key = case_key(area, "", params)
-        if key not in self._built:
-            torch.manual_seed(0)
-            case = cases.build(area, params)
-            if self.rounds == 1:
-                return case
+        if key in self._built:
+            return self._built[key]
+        torch.manual_seed(0)
+        case = cases.build(area, params)
+        if self.rounds > 1 and case.device == "cpu":
             self._built[key] = case
-        return self._built[key]
+        return case
 
     def run_case(self, area: str, params: dict, peaks: dict[str, float], round_: int = 1) -> list[dict]:
         """Build one case and measure each of its methods that lacks round ``round_`` (of ``rounds``; each

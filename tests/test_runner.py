@@ -100,10 +100,16 @@ def test_out_of_memory_and_errors_are_recorded_and_the_sweep_goes_on(tmp_path, m
     assert failed["status"] == "failed" and "ZeroDivisionError: broken model" in failed["reason"]
 
 
-def test_rounds_are_interleaved_over_the_run_and_combined_in_each_record(tmp_path):
+def test_rounds_are_interleaved_over_the_run_and_combined_in_each_record(tmp_path, monkeypatch):
     plan = [PLAN[0], PLAN[2], PLAN[3]]  # two CPU cases, three timed methods, and a CUDA case (skipped here)
+    real, built = cases.build, []
+    monkeypatch.setattr(cases, "build", lambda area, params: built.append(area) or real(area, params))
+    runner.Runner(str(tmp_path / "one"), min_run_time=0.01).run(plan, progress=False)
+    once = sorted(built)
+    built.clear()
     r = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3)
     counts = r.run(plan, progress=False)
+    assert sorted(built) == once  # each case built once for all its rounds, as in a run of one round
     recs = records(tmp_path)
     timed = {k: v for k, v in recs.items() if v["status"] == "ok"}
     assert counts["ok"] == len(timed) == 3 + (1 if torch.cuda.is_available() else 0)
