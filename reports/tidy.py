@@ -121,22 +121,27 @@ CONTROL_WINDOW = 15
 
 
 def _normalised(records: list[dict], base: dict) -> list[dict]:
-    """``time_normalised`` rows: each round's time x the machine's speed around it / its typical speed over
-    the run, at the same thread count, and the median over the record's rounds (one round: its time).
-    Speed: the interleaved control GEMM (benchmarks.measure.CONTROL_SIZE), as the median of the
-    CONTROL_WINDOW controls nearest in time; typical: the run's median control. The time the case would
-    have taken had the machine run at its typical speed for this run."""
+    """``time_normalised`` rows: the time the case would have taken had the machine run at its typical speed
+    for this run. Each round's time x the machine's speed at that round / its typical speed (the run's
+    median control at that thread count), and the median over the record's rounds. Speed: the control GEMM
+    measured around the round (benchmarks.measure.CONTROL_SIZE). A record of one round has one control, too
+    noisy alone (18-166 GFLOP/s within one run on a 2-core VM), so there the median of the CONTROL_WINDOW
+    controls nearest in time stands for it; with several rounds the median over rounds does that smoothing,
+    and each round's own control follows the machine better (on this VM, two 5-round runs: 6.8% apart at
+    the median with each round's own control, 7.5% with the window)."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("control_flops_per_s") and r.get("time_median_s")]
     if not ok:
         return []
-    rounds = [(i, r.get("threads"), x["control_flops_per_s"], x.get("started_at") or "", x["median_s"])
+    rounds = [(i, r.get("threads"), x["control_flops_per_s"], x.get("started_at") or "", x["median_s"],
+               len(r.get("rounds") or ()) > 1)
               for i, r in enumerate(ok) for x in r.get("rounds") or
               [{"control_flops_per_s": r["control_flops_per_s"], "started_at": r.get("started_at"),
                 "median_s": r["time_median_s"]}] if x.get("control_flops_per_s")]
-    frame = pd.DataFrame(rounds, columns=["record", "threads", "control", "started", "time"]).sort_values(
+    frame = pd.DataFrame(rounds, columns=["record", "threads", "control", "started", "time", "own"]).sort_values(
         "started", kind="stable")
-    speed = frame.groupby("threads").control.transform(
+    window = frame.groupby("threads").control.transform(
         lambda c: c.rolling(CONTROL_WINDOW, center=True, min_periods=1).median())
+    speed = frame.control.where(frame.own, window)
     frame["normalised"] = frame.time * speed / frame.groupby("threads").control.transform("median")
     normalised = frame.groupby("record").normalised.median()
     out = []
