@@ -594,6 +594,8 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     assert value("time") == [1.5, 2.0] * 15
     assert value("time_normalised") == pytest.approx([2.0] * 30)
     assert value("time_best_round") == [1.0, 2.0] * 15
+    span = tidy.runs(t).iloc[0]  # the run lasted until its last round, not its first
+    assert (span["first"], span["last"]) == (pd.Timestamp(at(0)), pd.Timestamp(at(129)))
     assert set(noise.AGREEMENT_METRICS) >= {"time", "time_normalised", "time_best_round"}
 
 
