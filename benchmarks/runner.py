@@ -139,11 +139,10 @@ class Runner:
             return self.rounds, record
         return len(record.get("rounds", [None])), record
 
-    def done(self, area: str, params: dict, round_: int | None = None) -> bool:
-        """Whether every method of the case already has a record of this commit with ``round_`` rounds (by
-        default all of this run's): a resumed run skips it."""
-        need = self.rounds if round_ is None else round_
-        return all(self._recorded(area, m, params)[0] >= need for m in cases.METHODS[area])
+    def done(self, area: str, params: dict) -> bool:
+        """Whether every method of the case already has a record of this commit with all of this run's
+        rounds: a resumed run skips it."""
+        return all(self._recorded(area, m, params)[0] >= self.rounds for m in cases.METHODS[area])
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")
@@ -188,19 +187,24 @@ class Runner:
 
     def run_case(self, area: str, params: dict, peaks: dict[str, float], round_: int = 1) -> list[dict]:
         """Build one case and measure each of its methods that lacks round ``round_`` (of ``rounds``; each
-        round times ``min_run_time / rounds`` seconds), writing one record per method."""
+        round times ``min_run_time / rounds`` seconds), writing one record per method. A case with nothing
+        left to measure in this round is not built."""
+        pending = {}  # method -> its record after the earlier rounds (None: none yet)
+        for method in cases.METHODS[area]:
+            have, previous = self._recorded(area, method, params)
+            if have < round_:
+                pending[method] = previous
+        if not pending:
+            return []
         started = time.time()
         try:
             case = self._build(area, params)
         except Exception as error:  # recorded, never fatal
             status, reason = _failure(error)
-            return [self._write(area, m, params, status, reason, started) for m in cases.METHODS[area]]
+            return [self._write(area, m, params, status, reason, started) for m in pending]
         records = []
-        for method in cases.METHODS[area]:
+        for method, previous in pending.items():
             started = time.time()
-            have, previous = self._recorded(area, method, params)
-            if have >= round_:
-                continue
             if method not in case.methods():
                 records.append(self._write(area, method, params, "skipped", f"no {method} for this case", started))
                 continue
@@ -246,8 +250,6 @@ class Runner:
             # spell of a shared machine hits one round of many cases rather than every round of a few
             for round_ in range(1, self.rounds + 1):
                 for area, params in remaining:
-                    if self.done(area, params, round_):
-                        continue
                     self.current = case_key(area, "", params).replace("----", " ") + (
                         f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
                     bar.set_postfix_str(self.current[:70])
