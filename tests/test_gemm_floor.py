@@ -1,0 +1,90 @@
+"""The floor of scripts/compare_with_torch.py: the products a call executes, recorded once each (inside
+torch's fast paths too, never twice through a composite), a causal kernel's products over the keys it
+keeps, and a replay that runs exactly those products."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.gemm_floor import Gemm, record, replay
+from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_our_and_torchs_attention_execute_the_analytic_models_products(heads):
+    B, n, d = 2, 16, 64
+    ref = torch.nn.MultiheadAttention(d, heads, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(ref, "sdpa").eval()
+    x = torch.randn(B, n, d)
+    analytic = flops.multi_head_attention(B, n, d, heads, strategy="sdpa").forward.matmul_total
+    with torch.inference_mode():
+        mine = record(lambda: ours(x))
+        theirs = record(lambda: ref(x, x, x, need_weights=False))  # torch's fast path: one opaque operator to a dispatch mode
+    dh = d // heads
+    assert mine == [Gemm(0, B * n, d, 3 * d), Gemm(B * heads, n, dh, n), Gemm(B * heads, n, n, dh), Gemm(0, B * n, d, d)]
+    assert sum(g.flops for g in mine) == sum(g.flops for g in theirs) == analytic
+
+
+def test_a_composite_is_recorded_once():
+    a, w, b = torch.randn(3, 5, 7), torch.randn(11, 7), torch.randn(11)
+    assert record(lambda: F.linear(a, w, b)) == [Gemm(0, 15, 7, 11)]  # linear -> addmm, not linear and addmm
+    assert record(lambda: torch.matmul(a, torch.randn(3, 7, 2))) == [Gemm(3, 5, 7, 2)]  # matmul -> bmm
+
+
+@pytest.mark.parametrize("n_q, n_k, kept", [(8, 8, 5), (4, 8, 3), (8, 3, 3)])
+def test_a_causal_kernel_counts_the_keys_it_keeps(n_q, n_k, kept):
+    """Top-left causal: query i sees keys 0..min(i, n_k - 1); on average over queries, rounded up. What
+    runs is recorded: with d_v != d_k torch falls back to its math path, which computes every score."""
+    q, k, v = torch.randn(2, 3, n_q, 16), torch.randn(2, 3, n_k, 16), torch.randn(2, 3, n_k, 16)
+    assert kept == -(-sum(min(i + 1, n_k) for i in range(n_q)) // n_q)
+    assert record(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)) == [
+        Gemm(6, n_q, 16, kept), Gemm(6, n_q, kept, 16)]
+    assert record(lambda: F.scaled_dot_product_attention(q, k, v)) == [Gemm(6, n_q, 16, n_k), Gemm(6, n_q, n_k, 16)]
+    v8 = torch.randn(2, 3, n_k, 8)
+    assert record(lambda: F.scaled_dot_product_attention(q, k, v8, is_causal=True)) == [
+        Gemm(6, n_q, 16, n_k), Gemm(6, n_q, n_k, 8)]
+
+
+def test_our_transformer_stacks_and_torchs_execute_the_same_products():
+    c = TransformerConfig(d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=64,
+                          src_vocab=11, tgt_vocab=11, dropout=0.0)
+    ref = torch.nn.Transformer(c.d_model, c.num_heads, 2, 2, c.d_ff, dropout=0.0, batch_first=True).eval()
+    ours = Transformer.from_torch(ref, src_vocab=11).eval()
+    src, tgt = torch.randn(2, 6, 32), torch.randn(2, 5, 32)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    with torch.inference_mode():
+        mine = record(lambda: ours.decoder(tgt, ours.encoder(src)))
+        theirs = record(lambda: ref(src, tgt, tgt_mask=mask, tgt_is_causal=True))
+    stacks = flops.transformer(c, 2, 6, 5).forward.grouped(1).matmul
+    causal_pairs_skipped = 2 * 4 * (5 * 5 - 5 * -(-15 // 5))  # per decoder layer: batch * heads * (all - kept) pairs
+    assert sum(g.flops for g in mine) == sum(g.flops for g in theirs)
+    assert sum(g.flops for g in mine) == stacks["encoder"] + stacks["decoder"] - 2 * 2 * 2 * causal_pairs_skipped * 8
+
+
+def test_the_replay_runs_exactly_the_recorded_products():
+    gemms = [Gemm(0, 9, 4, 7), Gemm(3, 5, 6, 2), Gemm(0, 9, 4, 7)]
+    run = replay(gemms)
+    with FlopCounterMode(display=False) as counter:
+        run()
+    assert counter.get_total_flops() == sum(g.flops for g in gemms) == 2 * (2 * 9 * 4 * 7) + 2 * 3 * 5 * 6 * 2
+
+
+def _script():
+    path = os.path.join(os.path.dirname(__file__), "..", "scripts", "compare_with_torch.py")
+    spec = importlib.util.spec_from_file_location("compare_with_torch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_comparison_times_its_callables_in_mirrored_order():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("ours", "torch", "floor")}
+    rounds = _script().mirrored_rounds(fns, threads=1, rounds=2, block_time=1e-4)
+    assert [set(r) for r in rounds] == [{"ours_s", "torch_s", "floor_s"}] * 2
+    runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]  # adjacent blocks of one merge
+    assert runs[-9:] == ["ours", "torch", "floor", "torch", "ours", "torch", "floor", "torch", "ours"]
