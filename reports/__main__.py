@@ -114,7 +114,7 @@ def _print_agreement(found: list[dict]) -> None:
 
     for a in found:
         agree = pd.DataFrame(a["rows"]).set_index("metric")
-        print(f"\n{a['machine']}: {a['second']} against {a['first']}, |second/first - 1| over the cases both timed "
+        print(f"\n{a['machine']}: {a['second']} against {a['first']}{noise.rounds_told(a)}, |second/first - 1| over the cases both timed "
               f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
 
 

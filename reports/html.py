@@ -202,7 +202,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         "generated": dt.datetime.now().isoformat(timespec="seconds"), "inputs": inputs or sorted(set(table.run.dropna())),
         "counts": {k: int(v) for k, v in counts.items()},
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
-                  "analysed": row.analysed} for r, row in runs.iterrows()],
+                  "rounds": _plain(row.rounds), "analysed": row.analysed} for r, row in runs.iterrows()],
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
         "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "missing": list(a.missing),
                       "has_data": bool(a.tables or a.numbers),

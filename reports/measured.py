@@ -56,19 +56,24 @@ def _machine(m: dict) -> str:
     return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{', ' + m['gpu_name'] if m.get('gpu_name') else ''}"
 
 
+def _rounds(n) -> str:
+    return "" if n is None else f", {n} round{'s' if n > 1 else ''}"
+
+
 def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
     keys = [a["key"] for a in record["analyses"]] + (["agreement"] if record.get("agreement") else [])
     unknown = [k for k in only or () if k not in keys]
     if unknown:
         raise ValueError(f"{name}: no analysis {', '.join(map(repr, unknown))}; allowed: {', '.join(keys)}")
     analysed = [r for r in record["runs"] if r["analysed"] == "yes"]
-    runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']})" for r in analysed)
+    runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']}"
+                     f"{_rounds(r.get('rounds'))})" for r in analysed)
     lines = [f"From the saved run [`{name}`]({name}): {runs}; {_machine(record['machine'])}; report generated "
              f"{record['generated']}. Each line is the report's own verdict, conditions included:", ""]
     for a in record["analyses"]:  # without ``only``: the analyses that had data (an area not run is left out)
         if a["verdict"] and (a["key"] in only if only else a.get("has_data", True)):
             lines.append(f"- **{a['claim']}, {a['title']}.** {a['verdict']}")
-    from .noise import AGREEMENT_METRICS
+    from .noise import AGREEMENT_METRICS, rounds_told
 
     for a in record.get("agreement", []) if only and "agreement" in only else []:
         by = {r["metric"]: r for r in a["rows"]}
@@ -76,7 +81,7 @@ def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
                          f"{r['median_gap']:.1%}, worst {r['worst_gap']:.0%}, {r['within_3pct']} within 3%"
                          for m, r in by.items())
         cases = next(iter(by.values()))["cases"]
-        lines.append(f"- **Run-to-run agreement, {a['machine']}.** `{a['second']}` against `{a['first']}`, "
+        lines.append(f"- **Run-to-run agreement, {a['machine']}.** `{a['second']}` against `{a['first']}`{rounds_told(a)}, "
                      f"|second/first - 1| over the {cases} cases both timed (≥ {a['min_time_s'] * 1e3:g} ms): {told}.")
     return lines
 

@@ -71,8 +71,10 @@ def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
 
 def agreements(t: pd.DataFrame) -> list[dict]:
     """For each machine with several runs, each run against the one before it (by date): ``agreement``'s
-    rows as plain dicts, with the machine and both runs named."""
+    rows as plain dicts, with the machine, both runs named and the rounds each was timed in (None: unknown,
+    as for asv's results)."""
     keys = run_key(t)
+    rounds = t.rounds.groupby(keys).max()
     found = []
     for machine, g in t.groupby("machine"):
         runs = list(g.date.groupby(keys[g.index]).max().sort_values().index)
@@ -80,5 +82,16 @@ def agreements(t: pd.DataFrame) -> list[dict]:
             agree = agreement(t, first, second)
             if not agree.empty:
                 found.append({"machine": machine, "first": first, "second": second, "min_time_s": MIN_TIME_S,
+                              "rounds": [None if pd.isna(rounds.get(r)) else int(rounds[r]) for r in (first, second)],
                               "rows": agree.reset_index().to_dict("records")})
     return found
+
+
+def rounds_told(found: dict) -> str:
+    """' (timed in 5 rounds each)' or ' (timed in 1 and 5 rounds)' for an ``agreements`` entry; '' when unknown."""
+    rounds = found.get("rounds") or [None, None]
+    if None in rounds:
+        return ""
+    if rounds[0] == rounds[1]:
+        return f" (timed in {rounds[0]} round{'s' if rounds[0] > 1 else ''} each)"
+    return f" (timed in {rounds[0]} and {rounds[1]} rounds)"

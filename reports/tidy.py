@@ -2,7 +2,8 @@
 
 Columns: where it came from (``source``; ``run``, one runner folder or one asv (commit, environment);
 ``machine``, ``commit``, ``commit_error`` when the runner could not learn the commit, ``env``; ``date`` when
-the case's measurement started, ``finished`` when its last round did, the same for one round), what was measured
+the case's measurement started, ``finished`` when its last round did, the same for one round; ``rounds``, how
+many rounds a time was measured in, runner records only), what was measured
 (``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times), how it went
 (``status``, ``reason``), every parameter axis of every area (empty where an area has no such axis)
 and the machine's facts (CPU model, cores, GPU, torch). ``load()`` takes any mix of runner folders
@@ -38,12 +39,12 @@ GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
-COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
+COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
             "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
-INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts"]
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds"]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -160,6 +161,8 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
+    if "time_median_s" in rec:  # how many rounds it was timed in (a record older than rounds: one)
+        common["rounds"] = len(rec.get("rounds") or ()) or 1
     if len(rec.get("rounds") or ()) > 1:  # measured until its last round (the run's span, tidy.runs)
         common["finished"] = pd.Timestamp(rec["rounds"][-1]["started_at"])
     for fact in ("threads", "hosts"):  # how many threads each rank had, over how many machines its ranks ran
@@ -343,7 +346,8 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
     status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
     out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
                                           commit=("commit", "first"), commit_error=("commit_error", "first"),
-                                          env=("env", "first"), first=("date", "min"), last=("finished", "max"))
+                                          env=("env", "first"), first=("date", "min"), last=("finished", "max"),
+                                          rounds=("rounds", "max"))
     out["commit"] = [c[:8] if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
     out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
     return out

@@ -180,8 +180,8 @@ def fake_peaks(monkeypatch):
         machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
 
 
-def measure(folder, plan=PLAN, name="vm"):
-    runner.Runner(str(folder), min_run_time=0.01, name=name).run(plan, progress=False)
+def measure(folder, plan=PLAN, name="vm", rounds=1):
+    runner.Runner(str(folder), min_run_time=0.01, name=name, rounds=rounds).run(plan, progress=False)
     return str(folder)
 
 
@@ -546,6 +546,22 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
     assert (saved[0]["first"], saved[0]["second"]) == (os.path.normpath(a), os.path.normpath(b))
     assert "Run-to-run agreement, " in measured.markdown(measured.load(str(tmp_path / "r" / "report.json")), "r.json",
                                                          ["agreement"])
+
+
+def test_an_agreement_names_the_rounds_each_run_was_timed_in(tmp_path, fake_peaks, capsys):
+    from reports import measured
+
+    a, b = measure(tmp_path / "a"), measure(tmp_path / "b", rounds=2)
+    t = tidy.load([a, b])
+    assert set(t[t.metric == "time"].groupby("run").rounds.max().items()) == {(os.path.normpath(a), 1),
+                                                                              (os.path.normpath(b), 2)}
+    assert reports_main(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
+    assert f"{os.path.normpath(b)} against {os.path.normpath(a)} (timed in 1 and 2 rounds)," in capsys.readouterr().out
+    record = measured.load(str(tmp_path / "r" / "report.json"))
+    assert record["agreement"][0]["rounds"] == [1, 2]
+    assert f"`{os.path.normpath(b)}` against `{os.path.normpath(a)}` (timed in 1 and 2 rounds)," in measured.markdown(
+        record, "r.json", ["agreement"])
+    assert ", 2 rounds)" in measured.markdown(record, "r.json")  # the analysed run, in the block's first line
 
 
 # -- noise: interleaved control, normalised times, busy machine, noisy cases (item 16) --------------------
