@@ -97,9 +97,13 @@ def _regression_check(record: dict, name: str, only: list[str] | None) -> list[s
             f"{'PASS' if record['passed'] else 'FAIL'} in {record['seconds']:.0f} s."]
 
 
+def _where(record: dict) -> str:
+    return "GPU" if record.get("device") == "cuda" else f"CPU, {record['threads']} threads"
+
+
 def _compare_with_torch(record: dict, name: str, only: list[str] | None) -> list[str]:
     lines = [f"From the saved run [`{name}`]({name}) (commit {(record['commit'] or 'unknown')[:8]}, {record['generated']}; "
-             f"{_machine(record['machine'])}; {record['threads']} threads, {record['dtype']}; {record['rounds']} rounds, "
+             f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {record['rounds']} round{'s' if record['rounds'] > 1 else ''}, "
              f"each timing blocks of {record['block_time']:g} s in the order ours, torch, floor, floor, torch, ours; "
              "the floor is our call's matrix products replayed alone; IQR is the interquartile range over rounds):",
              "", "| comparison | ours | torch | ratio ours/torch | IQR | target | floor (ratio) | ours / floor | floor's GFLOP/s |",

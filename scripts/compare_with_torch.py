@@ -1,9 +1,9 @@
 """How fast are our models next to what users would pick instead? Ratios measured side by side in one run.
 
-    python scripts/compare_with_torch.py [--threads N] [--rounds R] [--block-time S] [--record F.json]
+    python scripts/compare_with_torch.py [--device cpu|cuda] [--threads N] [--rounds R] [--block-time S] [--record F.json]
 
 1. MultiHeadAttention(strategy="sdpa") vs torch.nn.MultiheadAttention in eval mode (its fused fast
-   path), CPU float32, at the multihead area's shape (benchmarks.cases.MULTIHEAD_SHAPE: B=8, n=256,
+   path), float32 on the CPU (or ``--device cuda``), at the multihead area's shape (benchmarks.cases.MULTIHEAD_SHAPE: B=8, n=256,
    d_model=512) and every head count of the default grid. Target: ratio <= 0.75 at each.
 2. Transformer (paper-base) encoder+decoder stacks vs torch.nn.Transformer with the same weights,
    the part torch's module covers, forward, eval mode. Target: ratio <= 0.95.
@@ -56,36 +56,36 @@ def mirrored_rounds(fns: dict, threads: int, rounds: int, block_time: float) -> 
     return out
 
 
-def mha_case(heads: int):
+def mha_case(heads: int, device: str = "cpu"):
     s = cases.MULTIHEAD_SHAPE
-    ref = torch.nn.MultiheadAttention(s["d_model"], heads, batch_first=True).eval()
+    ref = torch.nn.MultiheadAttention(s["d_model"], heads, batch_first=True, device=device).eval()
     ours = MultiHeadAttention.from_torch(ref, "sdpa").eval()
-    x = torch.randn(s["batch"], s["seq_len"], s["d_model"])
+    x = torch.randn(s["batch"], s["seq_len"], s["d_model"], device=device)
     torch.testing.assert_close(ours(x), ref(x, x, x, need_weights=False)[0], atol=1e-4, rtol=1e-4)
     return (lambda: ours(x)), (lambda: ref(x, x, x, need_weights=False))
 
 
-def transformer_case(batch: int, n: int):
+def transformer_case(batch: int, n: int, device: str = "cpu"):
     c = TransformerConfig.preset("paper-base")
     ref = torch.nn.Transformer(c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers, c.d_ff,
-                               dropout=0.0, batch_first=True).eval()
-    ours = Transformer.from_torch(ref, src_vocab=c.src_vocab, strategy="sdpa").eval()
-    src, tgt = torch.randn(batch, n, c.d_model), torch.randn(batch, n, c.d_model)
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(n)
+                               dropout=0.0, batch_first=True, device=device).eval()
+    ours = Transformer.from_torch(ref, src_vocab=c.src_vocab, strategy="sdpa").to(device).eval()
+    src, tgt = (torch.randn(batch, n, c.d_model, device=device) for _ in range(2))
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(n, device=device)
     torch.testing.assert_close(ours.decoder(tgt, ours.encoder(src)), ref(src, tgt, tgt_mask=mask, tgt_is_causal=True),
                                atol=1e-4, rtol=1e-4)
     return (lambda: ours.decoder(tgt, ours.encoder(src))), (lambda: ref(src, tgt, tgt_mask=mask, tgt_is_causal=True))
 
 
-def comparisons(batch: int, seq: int) -> list[tuple[str, object, float, int]]:
+def comparisons(batch: int, seq: int, device: str = "cpu") -> list[tuple[str, object, float, int]]:
     """(name, make () -> (ours, torch's), target, analytic matmul FLOPs of the call) for every comparison."""
     s = cases.MULTIHEAD_SHAPE
     out = [(f"MHA sdpa / nn.MultiheadAttention (B={s['batch']}, n={s['seq_len']}, d={s['d_model']}, h={h})",
-            lambda h=h: mha_case(h), MHA_TARGET,
+            lambda h=h: mha_case(h, device), MHA_TARGET,
             flops.multi_head_attention(s["batch"], s["seq_len"], s["d_model"], h, strategy="sdpa").forward.matmul_total)
            for h in cases.axes("multihead", "default")["heads"]]
     stacks = flops.transformer(TransformerConfig.preset("paper-base"), batch, seq, seq).forward.grouped(1).matmul
-    out.append((f"Transformer / nn.Transformer (paper-base, B={batch}, n={seq})", lambda: transformer_case(batch, seq),
+    out.append((f"Transformer / nn.Transformer (paper-base, B={batch}, n={seq})", lambda: transformer_case(batch, seq, device),
                 TRANSFORMER_TARGET, stacks["encoder"] + stacks["decoder"]))
     return out
 
@@ -95,7 +95,7 @@ def compare(name, make, target, analytic: int, args) -> dict:
     ours, theirs = make()  # built outside inference mode, as a user builds them
     with torch.inference_mode():
         gemms = gemm_floor.record(ours)
-        rounds = mirrored_rounds({"ours": ours, "torch": theirs, "floor": gemm_floor.replay(gemms)},
+        rounds = mirrored_rounds({"ours": ours, "torch": theirs, "floor": gemm_floor.replay(gemms, args.device)},
                                  args.threads, args.rounds, args.block_time)
     ratios = [r["ours_s"] / r["torch_s"] for r in rounds]
     floors = [r["floor_s"] / r["torch_s"] for r in rounds]
@@ -114,13 +114,17 @@ def compare(name, make, target, analytic: int, args) -> dict:
 
 
 def _quartiles(values: list[float]) -> list[float]:
+    """The first and third quartile (one round: its value twice)."""
+    if len(values) < 2:
+        return [values[0], values[0]]
     q = statistics.quantiles(values, n=4, method="inclusive")
     return [q[0], q[2]]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--block-time", type=float, default=0.2, help="seconds per timed block (at least one call)")
     p.add_argument("--batch", type=int, default=8, help="Transformer batch (the MHA cases use MULTIHEAD_SHAPE)")
@@ -132,10 +136,15 @@ def main() -> None:
             p.error(f"{flag} must be a positive integer, got {value}")
     if not (a.block_time > 0 and math.isfinite(a.block_time)):
         p.error(f"--block-time must be a positive number of seconds, got {a.block_time}")
+    if a.device not in ("cpu", "cuda"):
+        p.error(f"--device must be cpu or cuda, got {a.device!r}")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False)")
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {a.threads} threads, float32, CPU; {a.rounds} rounds of blocks of "
+    where = torch.cuda.get_device_name() if a.device == "cuda" else f"CPU, {a.threads} threads"
+    print(f"torch {torch.__version__}, {where}, float32; {a.rounds} round{'s' if a.rounds > 1 else ''} of blocks of "
           f"{a.block_time:g} s in the order {', '.join(ORDER + ORDER[::-1])}")
-    rows = [compare(*c, a) for c in comparisons(a.batch, a.seq)]
+    rows = [compare(*c, a) for c in comparisons(a.batch, a.seq, a.device)]
     if a.record:
         record(a.record, a, rows)
 
@@ -145,7 +154,7 @@ def record(path: str, args, rows: list[dict]) -> None:
     from benchmarks import runner
     from reports import measured
 
-    measured.save(path, "compare-with-torch", runner.commit(), threads=args.threads, rounds=args.rounds,
+    measured.save(path, "compare-with-torch", runner.commit(), device=args.device, threads=args.threads, rounds=args.rounds,
                   block_time=args.block_time, dtype="float32", comparisons=rows)
 
 

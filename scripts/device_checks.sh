@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, as one short script for a machine with one (a few minutes on one GPU):
 # the CUDA tests, the head-parallel cases over NCCL (1 rank; 2 ranks on one GPU must be a clear error),
-# the quick grid on the GPU, and a report built from them. It uses the python that holds a CUDA torch
+# the quick grid on the GPU, a report built from them, and our speed against torch's modules on the GPU. It uses the python that holds a CUDA torch
 # (PYTHON, default python3) from the repository root, and writes its log, the run folder and the
 # report into OUT (default results/device-checks). Every step runs even if one before it failed; the
 # exit code is the number of steps that failed.
@@ -45,6 +45,8 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
     fi
     step quick-grid-cuda 0 "$PY" -m benchmarks.runner --grid quick --device cuda --out "$RUN" --no-progress
     step report 0 "$PY" -m reports build "$RUN" --report "$OUT/report"
+    step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --rounds 5 \
+        --record "$OUT/compare-with-torch-cuda.json"
     echo "== $failed step(s) failed"
 } 2>&1 | tee "$OUT/log.txt"
 exit "$(tail -n 1 "$OUT/log.txt" | awk '{print $2}')"

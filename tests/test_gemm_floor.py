@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.gemm_floor import Gemm, record, replay
+from conftest import DEVICES
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops
 
 
@@ -27,6 +28,23 @@ def test_our_and_torchs_attention_execute_the_analytic_models_products(heads):
     dh = d // heads
     assert mine == [Gemm(0, B * n, d, 3 * d), Gemm(B * heads, n, dh, n), Gemm(B * heads, n, n, dh), Gemm(0, B * n, d, d)]
     assert sum(g.flops for g in mine) == sum(g.flops for g in theirs) == analytic
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_fused_kernel_of_each_device_is_recorded_and_replayed_there(device, dtype):
+    """On a GPU the fused attention is the flash, memory-efficient or cuDNN kernel: each counts as its two products."""
+    if device == "cpu" and dtype == torch.float16:
+        pytest.skip("float16 attention on the CPU is not a fused kernel case")
+    mha = MultiHeadAttention(64, 4, strategy="sdpa", device=device, dtype=dtype).eval()
+    x = torch.randn(2, 16, 64, device=device, dtype=dtype)
+    with torch.inference_mode():
+        gemms = record(lambda: mha(x))
+        assert gemms[1:3] == [Gemm(8, 16, 16, 16), Gemm(8, 16, 16, 16)]
+        assert sum(g.flops for g in gemms) == flops.multi_head_attention(2, 16, 64, 4, strategy="sdpa").forward.matmul_total
+        with FlopCounterMode(display=False) as counter:
+            replay(gemms, device, dtype)()
+    assert counter.get_total_flops() == sum(g.flops for g in gemms)
 
 
 def test_a_composite_is_recorded_once():
@@ -88,3 +106,19 @@ def test_the_comparison_times_its_callables_in_mirrored_order():
     assert [set(r) for r in rounds] == [{"ours_s", "torch_s", "floor_s"}] * 2
     runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]  # adjacent blocks of one merge
     assert runs[-9:] == ["ours", "torch", "floor", "torch", "ours", "torch", "floor", "torch", "ours"]
+    assert _script()._quartiles([0.9]) == [0.9, 0.9]  # one round (--rounds 1) has a spread of nothing
+    assert _script()._quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "tpu"], "--device must be cpu or cuda, got 'tpu'"),
+    (["--rounds", "0"], "--rounds must be a positive integer, got 0"),
+    (["--block-time", "nan"], "--block-time must be a positive number of seconds, got nan"),
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: this machine has no CUDA GPU")]))
+def test_the_comparison_refuses_bad_input_before_measuring(flags, message):
+    import subprocess
+    import sys
+
+    path = os.path.join(os.path.dirname(__file__), "..", "scripts", "compare_with_torch.py")
+    done = subprocess.run([sys.executable, path, *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
