@@ -1,10 +1,12 @@
 """How fast are our models next to what users would pick instead? Ratios measured side by side in one run.
 
-    python scripts/compare_with_torch.py [--device cpu|cuda] [--threads N] [--rounds R] [--block-time S] [--record F.json]
+    python scripts/compare_with_torch.py [--device cpu|cuda] [--threads N] [--rounds R] [--block-time S]
+                                         [--record F.json]
 
 1. MultiHeadAttention(strategy="sdpa") vs torch.nn.MultiheadAttention in eval mode (its fused fast
-   path), float32 on the CPU (or ``--device cuda``), at the multihead area's shape (benchmarks.cases.MULTIHEAD_SHAPE: B=8, n=256,
-   d_model=512) and every head count of the default grid. Target: ratio <= 0.75 at each.
+   path), float32 on the CPU (or ``--device cuda``), at the multihead area's shape
+   (benchmarks.cases.MULTIHEAD_SHAPE: B=8, n=256, d_model=512) and every head count of the default
+   grid. Target: ratio <= 0.75 at each.
 2. Transformer (paper-base) encoder+decoder stacks vs torch.nn.Transformer with the same weights,
    the part torch's module covers, forward, eval mode. Target: ratio <= 0.95.
 
