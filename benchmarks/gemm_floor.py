@@ -9,7 +9,7 @@ The profiler sees inside torch's eval-mode fast paths (``_native_multi_head_atte
 ``replay(gemms)`` returns a callable that runs exactly those products on fresh operands into
 preallocated outputs: the same BLAS calls with nothing around them (no bias, activation, softmax,
 mask, copy or allocation). Timed next to the call it came from, its time is the floor for any
-implementation that does the same products on this machine: a speed target below it cannot be met
+implementation that does the same products with this machine's BLAS: a speed target below it cannot be met
 (scripts/compare_with_torch.py prints it for every comparison). A causal fused kernel does only the
 products its mask keeps, so its products are recorded over that many key positions per query on
 average (rounded up): a floor stays at or below what the kernel does.

@@ -12,7 +12,7 @@
 
 Three callables per comparison: ours, torch's, and the floor, our call's matrix products replayed
 alone into preallocated outputs (benchmarks.gemm_floor): no implementation that does those products
-on this machine can be faster than the floor, so a target below it cannot be met here. Each round
+with this machine's BLAS can be faster than the floor, so a target below it cannot be met here. Each round
 times them in blocks of about ``--block-time`` seconds in the order ours, torch, floor, floor, torch,
 ours (torch.utils.benchmark), and each callable's time in the round is the mean of its two blocks: a
 drift of a shared machine's speed over the round hits all three alike. The ratio is the median over
