@@ -95,6 +95,11 @@ def _failure(error: BaseException) -> tuple[str, str]:
     return "failed", "".join(traceback.format_exception_only(type(error), error)).strip()
 
 
+#: ``--rounds``, as both command lines (this one and ``python -m reports``) describe it
+ROUNDS_HELP = ("time each method in R rounds interleaved over the whole run (default 1), splitting --min-run-time "
+               "between them: the time is their median; the best round is kept too")
+
+
 class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
@@ -139,10 +144,10 @@ class Runner:
             return self.rounds, record
         return len(record.get("rounds", [None])), record
 
-    def done(self, area: str, params: dict) -> bool:
-        """Whether every method of the case already has a record of this commit with all of this run's
-        rounds: a resumed run skips it."""
-        return all(self._recorded(area, m, params)[0] >= self.rounds for m in cases.METHODS[area])
+    def rounds_left(self, area: str, params: dict) -> int:
+        """Method-rounds of the case still to time: 0 when every method already has a record of this commit
+        with all of this run's rounds (a resumed run skips the case)."""
+        return sum(self.rounds - self._recorded(area, m, params)[0] for m in cases.METHODS[area])
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")
@@ -230,11 +235,12 @@ class Runner:
             print(f"warning: {busy}", file=sys.stderr)
         peaks = self.calibrate(threads)
         counts = dict.fromkeys(STATUSES, 0)
-        remaining = [(a, p) for a, p in todo if not self.done(a, p)]
+        left = [self.rounds_left(a, p) for a, p in todo]  # each record read once here
+        remaining = [case for case, n in zip(todo, left) if n]
         counts["resumed"] = len(todo) - len(remaining)
         # progress in timed method-rounds, not cases: each costs at least min_run_time / rounds, so the time
         # left that tqdm estimates follows the work left
-        steps = sum(self.rounds - self._recorded(a, m, p)[0] for a, p in remaining for m in cases.METHODS[a])
+        steps = sum(left)
         methods = sum(len(cases.METHODS[a]) for a, _ in remaining)
         if progress:  # the header counts what the bar counts
             rounds = f" in {self.rounds} interleaved rounds ({steps} method-rounds)" if self.rounds > 1 else ""
@@ -420,9 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/runs/latest", help="folder for machine.json and cases/")
     parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
     parser.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
-    parser.add_argument("--rounds", type=guards.count, default=1, metavar="R",
-                        help="time each method in R rounds interleaved over the whole run (default 1), splitting "
-                             "--min-run-time between them: the time is their median; the best round is kept too")
+    parser.add_argument("--rounds", type=guards.count, default=1, metavar="R", help=ROUNDS_HELP)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:

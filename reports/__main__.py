@@ -167,7 +167,7 @@ def csv(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import cases, guards
+    from benchmarks import cases, guards, runner
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
@@ -177,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     measuring.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
     measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
     measuring.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
-    measuring.add_argument("--rounds", type=guards.count, default=1, metavar="R",
-                           help="time each method in R rounds interleaved over the whole run (default 1), splitting "
-                                "--min-run-time between them: the time is their median; the best round is kept too")
+    measuring.add_argument("--rounds", type=guards.count, default=1, metavar="R", help=runner.ROUNDS_HELP)
     measuring.add_argument("--no-progress", action="store_true")
     measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],

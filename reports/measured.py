@@ -56,8 +56,8 @@ def _machine(m: dict) -> str:
     return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{', ' + m['gpu_name'] if m.get('gpu_name') else ''}"
 
 
-def _rounds(n) -> str:
-    return "" if n is None else f", {n} round{'s' if n > 1 else ''}"
+def _rounds(n: int) -> str:
+    return f"{n} round{'s' if n > 1 else ''}"
 
 
 def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
@@ -67,7 +67,7 @@ def _report(record: dict, name: str, only: list[str] | None) -> list[str]:
         raise ValueError(f"{name}: no analysis {', '.join(map(repr, unknown))}; allowed: {', '.join(keys)}")
     analysed = [r for r in record["runs"] if r["analysed"] == "yes"]
     runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']}"
-                     f"{_rounds(r.get('rounds'))})" for r in analysed)
+                     f"{'' if r.get('rounds') is None else ', ' + _rounds(r['rounds'])})" for r in analysed)
     lines = [f"From the saved run [`{name}`]({name}): {runs}; {_machine(record['machine'])}; report generated "
              f"{record['generated']}. Each line is the report's own verdict, conditions included:", ""]
     for a in record["analyses"]:  # without ``only``: the analyses that had data (an area not run is left out)
@@ -103,7 +103,7 @@ def _where(record: dict) -> str:
 
 def _compare_with_torch(record: dict, name: str, only: list[str] | None) -> list[str]:
     lines = [f"From the saved run [`{name}`]({name}) (commit {(record['commit'] or 'unknown')[:8]}, {record['generated']}; "
-             f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {record['rounds']} round{'s' if record['rounds'] > 1 else ''}, "
+             f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {_rounds(record['rounds'])}, "
              f"each timing blocks of {record['block_time']:g} s in the order ours, torch, floor, floor, torch, ours; "
              "the floor is our call's matrix products replayed alone; IQR is the interquartile range over rounds):",
              "", "| comparison | ours | torch | ratio ours/torch | IQR | target | floor (ratio) | ours / floor | floor's GFLOP/s |",
