@@ -37,6 +37,7 @@ import torch.utils.benchmark as tb
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's packages
 
 from benchmarks import cases, gemm_floor  # noqa: E402
+from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
 
 MHA_TARGET, TRANSFORMER_TARGET = 0.75, 0.95
@@ -108,7 +109,7 @@ def compare(name, make, target, analytic: int, args) -> dict:
            **{f"{k}_s": statistics.median(r[f"{k}_s"] for r in rounds) for k in ORDER}}
     lo, hi = row["ratio_quartiles"]
     print(f"{name}: ours {row['ours_s'] * 1e3:.2f} ms, torch {row['torch_s'] * 1e3:.2f} ms, ratio {row['ratio']:.3f} "
-          f"(IQR {lo:.3f}-{hi:.3f}; {'meets' if row['ratio'] <= target else 'MISSES'} target <= {target:.2f}); "
+          f"(IQR {lo:.3f}-{hi:.3f}; {measured.target_verdict(row).upper()}: target <= {target:.2f}); "
           f"floor {row['floor_s'] * 1e3:.2f} ms = ratio {row['floor_ratio']:.3f}, "
           f"{row['product_flops'] / row['floor_s'] / 1e9:.0f} GFLOP/s over {len(gemms)} products "
           f"({row['product_flops'] / 1e9:.2f} GFLOP; analytic {analytic / 1e9:.2f})", flush=True)
@@ -147,6 +148,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {where}, float32; {a.rounds} round{'s' if a.rounds > 1 else ''} of blocks of "
           f"{a.block_time:g} s in the order {', '.join(ORDER + ORDER[::-1])}")
     rows = [compare(*c, a) for c in comparisons(a.batch, a.seq, a.device)]
+    print(measured.speed_summary(rows))
     if a.record:
         record(a.record, a, rows)
 
@@ -154,7 +156,6 @@ def main() -> None:
 def record(path: str, args, rows: list[dict]) -> None:
     """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
     from benchmarks import runner
-    from reports import measured
 
     measured.save(path, "compare-with-torch", runner.commit(), device=args.device, threads=args.threads, rounds=args.rounds,
                   block_time=args.block_time, dtype="float32", comparisons=rows)

@@ -120,3 +120,23 @@ def test_the_comparison_refuses_bad_input_before_measuring(flags, message):
     path = os.path.join(os.path.dirname(__file__), "..", "scripts", "compare_with_torch.py")
     done = subprocess.run([sys.executable, path, *flags], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def _comparison(name, ours, torch_s, floor, target):
+    rounds = [{"ours_s": ours * f, "torch_s": torch_s * f, "floor_s": floor * f} for f in (1.0, 1.1, 0.9)]
+    return {"comparison": name, "rounds": rounds, "target": target, "ratio": ours / torch_s,
+            "floor_ratio": floor / torch_s}
+
+
+def test_a_target_below_the_floor_is_out_of_reach_and_a_miss_says_how_close_ours_must_come():
+    from reports import measured
+
+    met, unreachable, missed = (_comparison("met", 7.0, 10.0, 6.0, 0.75), _comparison("unreachable", 9.5, 10.0, 8.0, 0.75),
+                                _comparison("missed", 10.0, 10.0, 9.0, 0.95))
+    assert [measured.target_verdict(c) for c in (met, unreachable, missed)] == ["meets", "out of reach", "misses"]
+    assert measured.above_floor(missed) == pytest.approx(10 / 9)
+    summary = measured.speed_summary([met, unreachable, missed])
+    assert summary.startswith("1 of 3 comparisons meet their target. 1 is out of reach on this machine")
+    assert "unreachable: floor 0.800 > 0.75" in summary
+    assert "missed: ours / floor must be ≤ 1.056, is 1.111" in summary  # 0.95 / 0.9 against 10 / 9
+    assert "out of reach" not in measured.speed_summary([met, missed])
