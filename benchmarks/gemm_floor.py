@@ -52,6 +52,9 @@ class Gemm:
 
 def record(fn: Callable[[], object]) -> list[Gemm]:
     """The matrix products of one call of ``fn``, in execution order."""
+    from .profile import quiet_kineto
+
+    quiet_kineto("cpu")  # CPU events only
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
     gemms: list[Gemm] = []

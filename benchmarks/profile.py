@@ -180,8 +180,19 @@ def _device_times(events) -> dict[str, float]:
     return dict(times)
 
 
+def quiet_kineto(device: str) -> None:
+    """Kineto, torch.profiler's tracer, prints two lines ("USDT: ... profiler_start", "profiler_stop") on
+    every profiler session at each of its log levels but the highest (torch 2.13), which breaks the
+    progress bar of a profiled set into hundreds of lines. Profiling on the CPU, nothing else it logs is
+    needed (torch's own collector records the CPU's events), so this raises its level (read once, when
+    it first starts) unless KINETO_LOG_LEVEL is set; on a GPU its CUPTI errors matter, and it keeps them."""
+    if device == "cpu":
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 def profile_times(fn: Callable[[], Any], device: str, cycles: int = 5) -> dict:
     """Alternate unprofiled and profiled calls of ``fn`` (warm) and break the profiled ones into components."""
+    quiet_kineto(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     per_call: list[dict[str, float]] = []
     per_call_device: list[dict[str, float]] = []
@@ -284,6 +295,7 @@ def _thin(points: list, keep: int = 400) -> list:
 
 def profile_memory_and_trace(fn: Callable[[], Any], device: str, folder: str) -> dict:
     """One warm call profiled with shapes and memory: a gzipped trace, and memory at the peak."""
+    quiet_kineto(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     fn()
     if device == "cuda":

@@ -42,10 +42,11 @@ def profile_in_a_fresh_process(out) -> dict:
     whose allocator has not been shaped by the tests before it (fresh 64 MiB score matrices page-fault or
     not depending on what the heap held before, and that moved the timings in long test sessions)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     done = subprocess.run([sys.executable, "-m", "benchmarks.profile", *MATH_CASE, "--out", str(out)], cwd=root,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    return profile.load(str(out))[0]
+    return {**profile.load(str(out))[0], "stderr": done.stderr}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +71,12 @@ def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one
     assert sum(shares.values()) == pytest.approx(1.0)
     assert {"scores Q·Kᵀ", "softmax", "weights·V"} <= set(shares)
     assert r["flops_match_analytic"] and r["sequential_depth"] >= 3
+
+
+def test_profiling_on_the_cpu_does_not_print_the_tracers_start_and_stop_lines(math_profile):
+    r, _ = math_profile
+    assert r["cycles"] == 7  # seven profiler sessions (and the trace's), each of which printed two lines before
+    assert "profiler_start" not in r["stderr"] and "profiler_stop" not in r["stderr"], r["stderr"][-1000:]
 
 
 def test_the_trace_is_gzipped_chrome_json_with_the_models_labels(math_profile):
