@@ -28,6 +28,9 @@ from .machine import gemm_flops_per_s, using_threads
 #: slow and fast moments move both alike, so time x control / (the run's median control) is steadier
 #: from run to run than the raw time (reports.tidy: metric ``time_normalised``).
 CONTROL_SIZE, CONTROL_TIME = 256, 0.01
+#: a time over fewer values than this (timed blocks, or rounds) has no measured spread: one call of a
+#: 0.5 s model is one block, and its IQR of 0 says nothing about how steady it is
+MIN_SAMPLES = 3
 
 
 @dataclass
@@ -87,13 +90,20 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
 
 def combined(rounds: list[dict]) -> dict:
     """A record's time fields from its rounds (``timed_round``): the median over rounds of each round's
-    median and quartiles (one round: that round's), the blocks of all rounds, the median control; with
+    median; the quartiles of one round's blocks, or with several rounds those of the round medians (the
+    spread that separates two runs on a shared machine is the one between moments minutes apart, which
+    the blocks of one round, seconds apart, do not see); ``samples``, how many values the quartiles are
+    over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median control; with
     several rounds also the best round's median (``time_best_round_s``): on a shared machine whose
     neighbours only ever slow it down, the round least disturbed."""
     med = lambda key: float(statistics.median(r[key] for r in rounds))  # noqa: E731
     controls = [r["control_flops_per_s"] for r in rounds if r["control_flops_per_s"]]
-    q25, q75 = med("q25_s"), med("q75_s")
+    if len(rounds) > 1:
+        q25, q75 = (float(q) for q in np.percentile([r["median_s"] for r in rounds], [25, 75]))
+    else:
+        q25, q75 = rounds[0]["q25_s"], rounds[0]["q75_s"]
     fields = {"time_median_s": med("median_s"), "time_q25_s": q25, "time_q75_s": q75, "time_iqr_s": q75 - q25,
+              "samples": len(rounds) if len(rounds) > 1 else rounds[0]["blocks"],
               "blocks": sum(r["blocks"] for r in rounds), "calls_per_block": rounds[-1]["calls_per_block"],
               "control_flops_per_s": float(statistics.median(controls)) if controls else None, "rounds": rounds}
     if len(rounds) > 1:

@@ -329,6 +329,12 @@ def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: li
     lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}"
                  + (": " + ", ".join(f"{key} ({rel:.0%})" for rel, key in noisy[:3]) if noisy else "")
                  + (f", and {len(noisy) - 3} more" if len(noisy) > 3 else ""))
+    thin = sorted((r["time_median_s"], case_key(r["area"], r["method"], r["params"])) for r in by["ok"]
+                  if r.get("time_median_s") and r.get("samples") is not None and r["samples"] < measure.MIN_SAMPLES)[::-1]
+    lines.append(f"  unreplicated   {len(thin)} timed over fewer than {measure.MIN_SAMPLES} values, so no spread measured"
+                 + (" (--rounds R times each R times, spread over the run): " + ", ".join(
+                     f"{key} ({t:.2g} s)" for t, key in thin[:3]) if thin else "")
+                 + (f", and {len(thin) - 3} more" if len(thin) > 3 else ""))
     lines.append(f"  set aside      {len(set_aside)}" + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
     lines.append(f"  results in     {out} (machine.json, cases/)")
     return "\n".join(lines)

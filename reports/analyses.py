@@ -203,7 +203,8 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
             a.numbers[f"flop_ratio_{tag}"], a.numbers[f"flops_per_s_ratio_{tag}"] = r["flop_ratio"], r["flops_per_s_ratio"]
             sentence += (f"; it does {_times(r['flop_ratio'])} the RNN's matmul FLOPs at {_times(r['flops_per_s_ratio'])} "
                          f"its FLOP/s (time ratio = FLOP/s ratio ÷ FLOP ratio)")
-        sentences.append(sentence + f"; {where}.")
+        sentences.append(sentence + spread_phrase(sub[sub.seq_len == n_max], "transformer", "rnn-width", r["speedup"])
+                         + f"; {where}.")
     a.tables["factors"] = pd.DataFrame(factors)
     a.tables["exponents"] = pd.DataFrame(fits)
     for f in fits:
@@ -214,6 +215,28 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     a.verdict = " ".join(sentences) + held_phrase(held)
     a.conditions = f"batch {', '.join(map(str, batch))}, {conditions(rows, n=False)}"
     return a
+
+
+def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> str:
+    """How sure the speed-up ``ratio`` = time(second) / time(first) is, from the time rows of the two models (column
+    ``model``): the range between their quartiles, or, when either time is over fewer than MIN_SAMPLES
+    values (a slow call timed once: an IQR of 0 that measures nothing), that no spread was measured."""
+    from benchmarks.measure import MIN_SAMPLES
+
+    a, b = (rows[rows.model == m] for m in (first, second))
+    if a.empty or b.empty:
+        return ""
+    samples = pd.concat([a.samples, b.samples])
+    if samples.isna().all():
+        return f"; the {_times(ratio)} has no known spread (these results do not say how many values each time is over)"
+    least = int(samples.min())
+    if samples.isna().any() or least < MIN_SAMPLES:
+        return (f"; the {_times(ratio)} has no measured spread, a time in it resting on {least} timed value"
+                f"{'s' if least > 1 else ''} (a shared machine's times move from run to run: --rounds R times "
+                "each case R times over the run and gives a range)")
+    low, high = b.q25.median() / a.q75.median(), b.q75.median() / a.q25.median()
+    return (f"; between the two times' quartiles ({least} or more values each) the {_times(ratio)} spans "
+            f"{_times(low)}-{_times(high)}")
 
 
 def held_phrase(held: str) -> str:

@@ -13,6 +13,7 @@ import os
 import jinja2
 import pandas as pd
 
+from benchmarks.measure import MIN_SAMPLES
 from benchmarks.runner import NOISY
 
 from . import analyses, claims, figures, noise, profiling
@@ -181,7 +182,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
     counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
-    noisy, limits = noise.noisy_cases(table), analyses.memory_limits(table)
+    noisy, thin, limits = noise.noisy_cases(table), noise.unreplicated_cases(table), analyses.memory_limits(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -189,7 +190,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         commits=sorted(set(runs.commit)), runs_table=_html(runs),
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed", "unreadable")},
         noisy_table=None if noisy.empty else _html(noisy),
-        noisy_threshold=f"{NOISY:.0%}",
+        noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin), min_samples=MIN_SAMPLES,
         memory_table=None if limits.empty else _html(limits),
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
         noise_table=_html(noise.summary(table)), machine_table=_html(_machines(table)),

@@ -44,6 +44,16 @@ def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
     return case_columns(rows, "value", "relative_iqr").rename(columns={"value": "median s"})
 
 
+def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
+    """Every timed case whose quartiles are over fewer than MIN_SAMPLES values (one block of a slow call, or
+    two rounds): an IQR of 0 there means no spread was measured, not a steady time. Slowest first."""
+    from benchmarks.measure import MIN_SAMPLES
+
+    rows = t[(t.metric == "time") & (t.status == "ok") & (t.samples < MIN_SAMPLES).fillna(False)]
+    return case_columns(rows.sort_values("value", ascending=False), "value", "samples").rename(
+        columns={"value": "median s"})
+
+
 def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
     """Per metric (AGREEMENT_METRICS that both runs have): how many common timed cases, and the median and worst
     |second / first - 1| over them, for runs ``first`` and ``second`` (their ``run`` labels)."""

@@ -4,8 +4,8 @@ Columns: where it came from (``source``; ``run``, one runner folder or one asv (
 ``machine``, ``commit``, ``commit_error`` when the runner could not learn the commit, ``env``; ``date`` when
 the case's measurement started, ``finished`` when its last round did, the same for one round; ``rounds``, how
 many rounds a time was measured in, runner records only), what was measured
-(``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times), how it went
-(``status``, ``reason``), every parameter axis of every area (empty where an area has no such axis)
+(``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times and ``samples``,
+how many values they are over), how it went (``status``, ``reason``), every parameter axis of every area (empty where an area has no such axis)
 and the machine's facts (CPU model, cores, GPU, torch). ``load()`` takes any mix of runner folders
 and asv results folders; several machines' results concatenate into one table.
 """
@@ -40,11 +40,12 @@ PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values()
                 | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
-            "status", "reason"] + PARAMS + MACHINE_FACTS)
+            "samples", "status", "reason"] + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
-INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds"]
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds",
+            "samples"]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -157,6 +158,16 @@ def _normalised(records: list[dict], base: dict) -> list[dict]:
     return out
 
 
+def samples(rec: dict) -> int | None:
+    """How many values a runner record's quartiles are over (``benchmarks.measure.combined``). Records
+    written before it was kept: one round's blocks; several rounds' quartiles were the medians of each
+    round's, over as many blocks as the smallest round had."""
+    if rec.get("samples") is not None:
+        return rec["samples"]
+    rounds = rec.get("rounds") or ()
+    return min(r["blocks"] for r in rounds) if len(rounds) > 1 else rec.get("blocks")
+
+
 def _runner_rows(rec: dict, base: dict) -> list[dict]:
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
@@ -173,7 +184,7 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
         return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
-         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"]}]
+         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec)}]
     if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
     for metric, unit in UNITS.items():
@@ -288,7 +299,7 @@ def from_asv(results_dir: str) -> pd.DataFrame:
                        "status": "ok" if ok else "oom" if oom else "skipped",
                        "reason": None if ok else oom or "asv: skipped or failed"}
                 if metric == "time" and stat:
-                    row.update(q25=stat.get("q_25"), q75=stat.get("q_75"))
+                    row.update(q25=stat.get("q_25"), q75=stat.get("q_75"), samples=stat.get("repeat"))
                     if row["q25"] is not None and row["q75"] is not None:
                         row["iqr"] = row["q75"] - row["q25"]
                 rows.append(row)

@@ -272,3 +272,22 @@ def test_c5_finds_where_the_unscaled_softmax_saturates():
     unscaled = full[~full.scaled]
     assert first == unscaled[unscaled.max_probability >= softmax_scale.SATURATED].d_k.min()
     assert f"saturates (mean largest probability ≥ 0.9) from d_k = {first}" in a.verdict
+
+
+def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_range_when_it_has():
+    def times(samples, quartiles):
+        out = []
+        for model, (q25, median, q75) in quartiles.items():
+            out += [dict(r, q25=q25, q75=q75, iqr=q75 - q25, samples=samples) for r in rows(
+                "models", "time", {(("model", model), ("seq_len", n)): median * n / 64 for n in (16, 64)},
+                device="cpu", preset="paper-base", batch=8, threads=2)]
+        return table(out)
+
+    quartiles = {"transformer": (0.4, 0.5, 0.8), "rnn-width": (0.2, 0.25, 0.3)}
+    timed_once = analyses.analyse_sequence_length(times(1, quartiles)).verdict
+    assert "the 0.50× has no measured spread, a time in it resting on 1 timed value " in timed_once
+    assert "--rounds R" in timed_once and "quartiles" not in timed_once
+    replicated = analyses.analyse_sequence_length(times(5, quartiles)).verdict
+    # the RNN's fastest quartile over the Transformer's slowest, and the other way round
+    assert "between the two times' quartiles (5 or more values each) the 0.50× spans 0.25×-0.75×" in replicated
+    assert "no measured spread" not in replicated

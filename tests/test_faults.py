@@ -464,6 +464,27 @@ def test_the_run_summary_names_skips_failures_and_noisy_cases():
     text = runner.summary("out", [ok, skipped, skipped, failed], {"ok": 1, "skipped": 2, "failed": 1}, [])
     assert "skipped        2: 2 × needs a CUDA device" in text and "failed         1: 1 × RuntimeError: boom" in text
     assert "noisy          1 with IQR/median > 10%: models--forward--seq_len=16 (50%)" in text
+    assert "unreplicated   0 timed over fewer than 3 values" in text  # no sample count: an older record
+    once = {**ok, "params": {"seq_len": 64}, "time_median_s": 0.7, "time_iqr_s": 0.0, "samples": 1}
+    text = runner.summary("out", [ok, {**ok, "samples": 40}, once], {"ok": 3}, [])
+    assert ("unreplicated   1 timed over fewer than 3 values, so no spread measured (--rounds R times each R times, "
+            "spread over the run): models--forward--seq_len=64 (0.7 s)") in text
+    assert "noisy          2 with" in text  # the two with a wide spread; the one-value case's spread is unknown, not wide
+
+
+def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
+    from reports import html, noise
+
+    base = {"source": "runner", "run": "r", "machine": "m", "commit": "c", "area": "models", "method": "forward",
+            "metric": "time", "unit": "s", "status": "ok", "model": "transformer", "device": "cpu"}
+    base["date"] = "2026-12-04T08:00:00+00:00"
+    t = tidy._frame([{**base, "seq_len": 16, "value": 0.2, "q25": 0.19, "q75": 0.21, "iqr": 0.02, "samples": 9},
+                     {**base, "seq_len": 64, "value": 0.7, "q25": 0.7, "q75": 0.7, "iqr": 0.0, "samples": 1},
+                     {**base, "seq_len": 32, "value": 0.4, "q25": 0.4, "q75": 0.4, "iqr": 0.0}])
+    thin = noise.unreplicated_cases(t)
+    assert thin.seq_len.tolist() == [64] and thin.samples.tolist() == [1]  # unknown counts are not guessed
+    page = open(html.build(t, str(tmp_path / "report"))).read()
+    assert "Unreplicated cases: timed over fewer than 3 values" in page
 
 
 # -- out of memory: one rule for the runner and asv (item 6) -----------------------------------------

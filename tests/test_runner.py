@@ -43,6 +43,7 @@ def test_records_every_method_with_consistent_metrics(tmp_path):
             continue
         assert r["time_q25_s"] <= r["time_median_s"] <= r["time_q75_s"]
         assert r["time_iqr_s"] == pytest.approx(r["time_q75_s"] - r["time_q25_s"])
+        assert r["samples"] == r["blocks"] == r["rounds"][0]["blocks"]  # one round: its quartiles are over its blocks
         assert r["achieved_flops_per_s"] == pytest.approx(r["matmul_flops"] / r["time_median_s"])
         assert r["fraction_of_peak"] == pytest.approx(r["achieved_flops_per_s"] / PEAK)
         assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["time_median_s"])
@@ -121,6 +122,9 @@ def test_rounds_are_interleaved_over_the_run_and_combined_in_each_record(tmp_pat
         assert rec["time_best_round_s"] == min(medians)
         assert rec["achieved_flops_per_s"] == pytest.approx(rec["matmul_flops"] / rec["time_median_s"])
         assert rec["blocks"] == sum(x["blocks"] for x in rec["rounds"])
+        # the spread is the one between rounds, minutes apart on a real run, not inside one round
+        assert rec["samples"] == 3 and rec["time_q25_s"] == pytest.approx((sorted(medians)[0] + sorted(medians)[1]) / 2)
+        assert rec["time_q75_s"] == pytest.approx((sorted(medians)[1] + sorted(medians)[2]) / 2)
     # round by round over the whole grid: every method's round k starts before any method's round k + 1
     starts = sorted((x["started_at"], i) for rec in timed.values() for i, x in enumerate(rec["rounds"]))
     assert [i for _, i in starts] == [0] * 3 + [1] * 3 + [2] * 3

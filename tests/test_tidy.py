@@ -31,6 +31,8 @@ def test_runner_rows_one_per_case_method_and_metric(runner_folder):
     assert mh.set_index("metric").value.size == mh.metric.nunique()  # one row per metric
     time = mh[mh.metric == "time"].iloc[0]
     assert time.q25 <= time.value <= time.q75 and time.iqr == pytest.approx(time.q75 - time.q25)
+    assert time.samples >= 1 and time.samples == json.load(open(os.path.join(
+        runner_folder, "cases", runner.case_key("multihead", "forward", PLAN[0][1]) + ".json")))["blocks"]
     assert time.heads == 8 and time.strategy == "looped" and time.unit == "s"
     peaks = t[t.metric == "gemm_peak_flops_per_s"]
     assert set(peaks.threads) == {1, machine.metadata()["torch_threads"]} and (peaks.value == 2e11).all()
@@ -75,6 +77,7 @@ def test_asv_results_become_the_same_columns(tmp_path):
     assert list(times.heads) == [1, 8] and list(times.device) == ["cpu", "cpu"]
     assert times.iloc[0].value == pytest.approx(0.012)
     assert times.iloc[0].q25 <= times.iloc[0].value <= times.iloc[0].q75
+    assert list(times.samples) == [5, 5]  # asv's repeat count: how many values its quartiles are over
     assert (t[t.device == "cuda"].status == "skipped").all()
     flops = t[t.metric == "matmul_flops"].dropna(subset=["value"])
     assert set(flops.unit) == {"FLOP"} and set(flops.method) == {"forward"}
