@@ -219,8 +219,10 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
 
 def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> str:
     """How sure the speed-up ``ratio`` = time(second) / time(first) is, from the time rows of the two models (column
-    ``model``): the range between their quartiles, or, when either time is over fewer than MIN_SAMPLES
-    values (a slow call timed once: an IQR of 0 that measures nothing), that no spread was measured."""
+    ``model``): the range between their quartiles, said to be over rounds spread over the run or over one
+    round's blocks, seconds apart (which on a shared machine understate how far two runs differ); or, when
+    either time is over fewer than MIN_SAMPLES values (a slow call timed once: an IQR of 0 that measures
+    nothing), that no spread was measured."""
     from benchmarks.measure import MIN_SAMPLES
 
     a, b = (rows[rows.model == m] for m in (first, second))
@@ -235,8 +237,14 @@ def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> 
                 f"{'s' if least > 1 else ''} (a shared machine's times move from run to run: --rounds R times "
                 "each case R times over the run and gives a range)")
     low, high = b.q25.median() / a.q75.median(), b.q75.median() / a.q25.median()
-    return (f"; between the two times' quartiles ({least} or more values each) the {_times(ratio)} spans "
-            f"{_times(low)}-{_times(high)}")
+    span = f"{_times(low)}-{_times(high)}"
+    rounds = pd.concat([a.rounds, b.rounds]).dropna()
+    if not rounds.empty and rounds.min() >= MIN_SAMPLES:
+        return (f"; between the two times' quartiles over {int(rounds.min())} or more rounds spread over the run, "
+                f"the {_times(ratio)} spans {span}")
+    return (f"; between the two times' quartiles ({least} or more timed blocks each, seconds apart) the "
+            f"{_times(ratio)} spans {span}, and times measured minutes apart on a shared machine can differ more "
+            "(--rounds R times each case R times over the run)")
 
 
 def held_phrase(held: str) -> str:

@@ -287,7 +287,11 @@ def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_ra
     timed_once = analyses.analyse_sequence_length(times(1, quartiles)).verdict
     assert "the 0.50× has no measured spread, a time in it resting on 1 timed value " in timed_once
     assert "--rounds R" in timed_once and "quartiles" not in timed_once
-    replicated = analyses.analyse_sequence_length(times(5, quartiles)).verdict
+    blocks = analyses.analyse_sequence_length(times(5, quartiles)).verdict
     # the RNN's fastest quartile over the Transformer's slowest, and the other way round
-    assert "between the two times' quartiles (5 or more values each) the 0.50× spans 0.25×-0.75×" in replicated
-    assert "no measured spread" not in replicated
+    assert ("between the two times' quartiles (5 or more timed blocks each, seconds apart) the 0.50× spans "
+            "0.25×-0.75×, and times measured minutes apart") in blocks
+    assert "no measured spread" not in blocks
+    in_rounds = times(5, quartiles).assign(rounds=5)
+    assert ("between the two times' quartiles over 5 or more rounds spread over the run, the 0.50× spans 0.25×-0.75×"
+            in analyses.analyse_sequence_length(in_rounds).verdict)
