@@ -229,10 +229,10 @@ def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> 
     if a.empty or b.empty:
         return ""
     samples = pd.concat([a.samples, b.samples])
-    if samples.isna().all():
+    if samples.isna().any():
         return f"; the {_times(ratio)} has no known spread (these results do not say how many values each time is over)"
     least = int(samples.min())
-    if samples.isna().any() or least < MIN_SAMPLES:
+    if least < MIN_SAMPLES:
         return (f"; the {_times(ratio)} has no measured spread, a time in it resting on {least} timed value"
                 f"{'s' if least > 1 else ''} (a shared machine's times move from run to run: --rounds R times "
                 "each case R times over the run and gives a range)")

@@ -292,6 +292,9 @@ def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_ra
     assert ("between the two times' quartiles (5 or more timed blocks each, seconds apart) the 0.50× spans "
             "0.25×-0.75×, and times measured minutes apart") in blocks
     assert "no measured spread" not in blocks
+    unknown = times(5, quartiles)
+    unknown.loc[unknown.model == "rnn-width", "samples"] = None  # results that do not say (an asv run without stats)
+    assert "the 0.50× has no known spread" in analyses.analyse_sequence_length(unknown).verdict
     in_rounds = times(5, quartiles).assign(rounds=5)
     assert ("between the two times' quartiles over 5 or more rounds spread over the run, the 0.50× spans 0.25×-0.75×"
             in analyses.analyse_sequence_length(in_rounds).verdict)
