@@ -37,6 +37,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -44,6 +45,8 @@ from . import cases, guards
 from .runner import RankGuard, Runner, case_key
 
 AREA = "parallel"
+#: timed blocks per measurement: the end-to-end time's quartiles are over them (its ``samples``)
+REPEATS = 5
 
 
 def init(backend: str | None) -> tuple[str, torch.device]:
@@ -167,8 +170,8 @@ def wire_bytes(fn, device, calls: int = 10) -> float | None:
     return None if sent[1] else sent[0].item() / dist.get_world_size() / calls
 
 
-def lockstep_median(fn, device, min_run_time: float, repeats: int = 5) -> float:
-    """Median seconds per call over ``repeats`` blocks; every rank runs the same number of calls (rank 0's
+def lockstep_times(fn, device, min_run_time: float, repeats: int = REPEATS) -> list[float]:
+    """Seconds per call in each of ``repeats`` blocks; every rank runs the same number of calls (rank 0's
     choice, broadcast), so that collectives inside ``fn`` always meet."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     fn(), sync()
@@ -185,7 +188,7 @@ def lockstep_median(fn, device, min_run_time: float, repeats: int = 5) -> float:
             fn()
         sync()
         times.append((time.perf_counter() - start) / probe[0])
-    return statistics.median(times)
+    return times
 
 
 def slowest(values: list[float], device) -> list[float]:
@@ -198,15 +201,17 @@ def slowest(values: list[float], device) -> list[float]:
 def measure_case(params: dict, device, min_run_time: float) -> dict:
     module, x, sends = build(params, device)
     with torch.no_grad():
-        total = lockstep_median(lambda: module(x), device, min_run_time)
+        blocks = lockstep_times(lambda: module(x), device, min_run_time)
         with local_only():
-            compute = lockstep_median(lambda: module(x), device, min_run_time)
+            compute = statistics.median(lockstep_times(lambda: module(x), device, min_run_time))
         comm_fn, moved = collectives(sends, device)
-        comm = lockstep_median(comm_fn, device, min_run_time)
+        comm = statistics.median(lockstep_times(comm_fn, device, min_run_time))
         wire = wire_bytes(comm_fn, device) if dist.get_world_size() > 1 else 0.0
-    total, compute, comm = slowest([total, compute, comm], device)
+    q25, total, q75 = np.percentile(blocks, [25, 50, 75]).tolist()
+    q25, total, q75, compute, comm = slowest([q25, total, q75, compute, comm], device)
     tokens = params["batch"] * params["seq_len"]
-    return {"time_median_s": total, "time_q25_s": total, "time_q75_s": total, "time_iqr_s": 0.0,
+    return {"time_median_s": total, "time_q25_s": q25, "time_q75_s": q75, "time_iqr_s": q75 - q25,
+            "samples": len(blocks),
             "compute_s": compute, "comm_s": comm, "comm_share": comm / total, "comm_bytes": moved,
             "comm_bytes_measured": wire,
             "tokens": tokens, "tokens_per_s": tokens / total, "threads": torch.get_num_threads()}

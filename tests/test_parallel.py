@@ -140,6 +140,9 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     rows = t[(t.area == "parallel") & (t.metric == "time")]
     assert len(rows) == 8 and set(rows.ranks) == {1, 2} and set(rows.backend) == {"gloo"}
     assert set(rows["combine"]) == {"allreduce", "allgather"} and (rows.status == "ok").all()
+    # each time's spread is over its timed blocks (the slowest rank's quartiles), not a zero-width guess
+    assert (rows.samples == 5).all() and (rows.q25 <= rows.value).all() and (rows.value <= rows.q75).all()
+    assert (rows.q75 > rows.q25).any()
     moved = t[(t.metric == "comm_bytes") & (t.ranks == 2)].set_index("combine").value
     b, n, d = 2, 64, 64  # the quick grid: ring all-reduce moves 2(w-1)/w of the output, all-gather (w-1) slices
     assert moved["allreduce"].max() == 2 * (2 - 1) / 2 * b * n * d * 4 and moved["allgather"].max() == b * n * (d // 2) * 4
