@@ -247,6 +247,19 @@ def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> 
             "(--rounds R times each case R times over the run)")
 
 
+def unreplicated_note(times: pd.DataFrame, where: str) -> str:
+    """A sentence when times a verdict rests on (time rows) are over fewer than MIN_SAMPLES values each
+    (a slow call timed once), so that its ratios have no measured spread; else nothing."""
+    from benchmarks.measure import MIN_SAMPLES
+
+    thin = times[(times.samples < MIN_SAMPLES).fillna(False)]
+    if thin.empty:
+        return ""
+    return (f"{len(thin)} of the {len(times)} times {where} rest on fewer than {MIN_SAMPLES} timed values (as few "
+            f"as {int(thin.samples.min())}), so these ratios have no measured spread (--rounds R times each case R "
+            "times over the run).")
+
+
 def held_phrase(held: str) -> str:
     return f" Other axes held{held}." if held else ""
 
@@ -327,7 +340,11 @@ def analyse_generation(t: pd.DataFrame) -> Analysis:
             a.numbers[f"transformer_over_rnn_forward_{device}"] = fwd_ratio
             sentences.append(f"Transformer/RNN throughput is {fwd_ratio:.2f}× teacher-forced but {gen_ratio:.2f}× "
                              f"in generation, where both models decode one token at a time.")
-    a.verdict = " ".join(sentences)
+        times = t[(t.area == "models") & (t.metric == "time") & (t.status == "ok") & (t.device == device)
+                  & (t.seq_len == n) & t.method.isin(["forward", "generate"]) & t.model.isin(at.index)
+                  & t.preset.isin(preset) & t.batch.isin(at_rows.batch.dropna().unique())]
+        sentences.append(unreplicated_note(times, f"at n = {n}"))
+    a.verdict = " ".join(x for x in sentences if x)
     a.conditions = (f"{', '.join(preset_phrase(p) for p in fwd.preset.dropna().unique())}, batch "
                     f"{', '.join(map(str, fwd.batch.dropna().unique()))}, {conditions(fwd, n=False)}")
     return a

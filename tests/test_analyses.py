@@ -70,6 +70,22 @@ def test_generation_compares_parallel_and_sequential_throughput():
     assert a.numbers["transformer_over_rnn_forward_cpu"] == pytest.approx(4.0)
     assert a.numbers["transformer_over_rnn_generate_cpu"] == pytest.approx(0.8)
     assert "4.00× teacher-forced but 0.80× in generation" in a.verdict
+    assert "no measured spread" not in a.verdict  # no times, no sample counts: nothing claimed either way
+
+    def timed(samples):
+        fixed = {"device": "cpu", "seq_len": 64, "preset": "paper-base", "batch": 8}
+        out = []
+        for method, per_s in (("forward", {"transformer": 1000.0, "rnn-width": 250.0}),
+                              ("generate", {"transformer": 100.0, "rnn-width": 125.0})):
+            for metric, f in (("tokens_per_s", lambda v: v), ("time", lambda v: 512 / v)):
+                out += [dict(r, samples=samples if metric == "time" else None) for r in rows(
+                    "models", metric, {(("model", m),): f(v) for m, v in per_s.items()}, method=method, **fixed)]
+        return table(out)
+
+    once = analyses.analyse_generation(timed(1)).verdict
+    assert "4 of the 4 times at n = 64 rest on fewer than 3 timed values (as few as 1), so these ratios have no " \
+           "measured spread" in once
+    assert "no measured spread" not in analyses.analyse_generation(timed(7)).verdict
 
 
 def test_threads_speedup_and_efficiency():
