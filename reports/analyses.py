@@ -183,6 +183,7 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
                 row["speedup_vs_rnn_params"] = both.loc[n, "rnn-params"] / both.loc[n, "transformer"]
             if None not in (f_tf, f_rnn, r_tf, r_rnn):
                 row.update(flop_ratio=f_tf / f_rnn, flops_per_s_ratio=r_tf / r_rnn)
+            row.update(ratio_spread(g[(g.method == "forward") & (g.seq_len == n)], "transformer", "rnn-width"))
             factors.append(row)
         n_max = both.index.max()
         r = factors[-1]
@@ -203,8 +204,7 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
             a.numbers[f"flop_ratio_{tag}"], a.numbers[f"flops_per_s_ratio_{tag}"] = r["flop_ratio"], r["flops_per_s_ratio"]
             sentence += (f"; it does {_times(r['flop_ratio'])} the RNN's matmul FLOPs at {_times(r['flops_per_s_ratio'])} "
                          f"its FLOP/s (time ratio = FLOP/s ratio ÷ FLOP ratio)")
-        sentences.append(sentence + spread_phrase(sub[sub.seq_len == n_max], "transformer", "rnn-width", r["speedup"])
-                         + f"; {where}.")
+        sentences.append(sentence + spread_phrase(r, r["speedup"]) + f"; {where}.")
     a.tables["factors"] = pd.DataFrame(factors)
     a.tables["exponents"] = pd.DataFrame(fits)
     for f in fits:
@@ -217,31 +217,45 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     return a
 
 
-def spread_phrase(rows: pd.DataFrame, first: str, second: str, ratio: float) -> str:
-    """How sure the speed-up ``ratio`` = time(second) / time(first) is, from the time rows of the two models (column
-    ``model``): the range between their quartiles, said to be over rounds spread over the run or over one
-    round's blocks, seconds apart (which on a shared machine understate how far two runs differ); or, when
-    either time is over fewer than MIN_SAMPLES values (a slow call timed once: an IQR of 0 that measures
-    nothing), that no spread was measured."""
+def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
+    """How sure the speed-up time(second) / time(first) is, from the two models' time rows (column ``model``):
+    ``samples``, the fewest values either time is over (absent when the results do not say), and when that
+    is at least MIN_SAMPLES the range between the two times' quartiles (``speedup_low``, ``speedup_high``)
+    and whether they are over rounds spread over the run or over one round's blocks (``spread_over``)."""
     from benchmarks.measure import MIN_SAMPLES
 
     a, b = (rows[rows.model == m] for m in (first, second))
-    if a.empty or b.empty:
-        return ""
     samples = pd.concat([a.samples, b.samples])
-    if samples.isna().any():
+    if a.empty or b.empty or samples.isna().any():
+        return {}
+    out = {"samples": int(samples.min())}
+    if out["samples"] >= MIN_SAMPLES:
+        rounds = pd.concat([a.rounds, b.rounds]).dropna()
+        out.update(speedup_low=b.q25.median() / a.q75.median(), speedup_high=b.q75.median() / a.q25.median(),
+                   spread_over="rounds" if not rounds.empty and rounds.min() >= MIN_SAMPLES else "blocks")
+    return out
+
+
+def spread_phrase(spread: dict, ratio: float) -> str:
+    """The clause that says how sure ``ratio`` is (``ratio_spread``): its range between the two times'
+    quartiles, said to be over rounds spread over the run or over one round's blocks, seconds apart (which
+    on a shared machine understate how far two runs differ); or, when either time is over fewer than
+    MIN_SAMPLES values (a slow call timed once: an IQR of 0 that measures nothing), that no spread was
+    measured."""
+    from benchmarks.measure import MIN_SAMPLES
+
+    least = spread.get("samples")
+    if least is None or least != least:
         return f"; the {_times(ratio)} has no known spread (these results do not say how many values each time is over)"
-    least = int(samples.min())
+    least = int(least)
     if least < MIN_SAMPLES:
         return (f"; the {_times(ratio)} has no measured spread, a time in it resting on {least} timed value"
                 f"{'s' if least > 1 else ''} (a shared machine's times move from run to run: --rounds R times "
                 "each case R times over the run and gives a range)")
-    low, high = b.q25.median() / a.q75.median(), b.q75.median() / a.q25.median()
-    span = f"{_times(low)}-{_times(high)}"
-    rounds = pd.concat([a.rounds, b.rounds]).dropna()
-    if not rounds.empty and rounds.min() >= MIN_SAMPLES:
-        return (f"; between the two times' quartiles over {int(rounds.min())} or more rounds spread over the run, "
-                f"the {_times(ratio)} spans {span}")
+    span = f"{_times(spread['speedup_low'])}-{_times(spread['speedup_high'])}"
+    if spread["spread_over"] == "rounds":
+        return (f"; between the two times' quartiles over {least} or more rounds spread over the run, the "
+                f"{_times(ratio)} spans {span}")
     return (f"; between the two times' quartiles ({least} or more timed blocks each, seconds apart) the "
             f"{_times(ratio)} spans {span}, and times measured minutes apart on a shared machine can differ more "
             "(--rounds R times each case R times over the run)")
@@ -277,15 +291,24 @@ def _regime_change(factors: pd.DataFrame) -> list[str]:
         if g.preset.nunique() < 2:
             continue
         wins = {p: s for p, s in zip(g.preset, g.speedup)}
-        tf = [p for p, s in wins.items() if s > 1]
-        rnn = [p for p, s in wins.items() if s < 1]
+        low, high = (dict(zip(g.preset, g[c])) if c in g else {} for c in ("speedup_low", "speedup_high"))
+        # a measured range that holds parity names no winner at that size
+        even = [p for p in wins if low.get(p, math.nan) <= 1 <= high.get(p, math.nan)]
+        tf = [p for p, s in wins.items() if s > 1 and p not in even]
+        rnn = [p for p, s in wins.items() if s < 1 and p not in even]
+        tie = "".join(f" At {p} the {_times(wins[p])} spans {_times(low[p])}-{_times(high[p])} between the two "
+                      "times' quartiles, parity included: no winner there." for p in even)
         if tf and rnn:
             out.append(f"The winner changes with model size on {device} at n = {n}: the Transformer wins at "
                        f"{', '.join(tf)} ({', '.join(_times(wins[p]) for p in tf)}), the RNN at {', '.join(rnn)} "
-                       f"(Transformer {', '.join(_times(wins[p]) for p in rnn)} as fast).")
+                       f"(Transformer {', '.join(_times(wins[p]) for p in rnn)} as fast)." + tie)
+        elif even and (tf or rnn):
+            who = "the Transformer" if tf else "the RNN"
+            out.append(f"On {device} at n = {n} {who} wins at {', '.join(tf or rnn)} "
+                       f"(Transformer {', '.join(_times(wins[p]) for p in tf or rnn)} as fast)." + tie)
         elif len(out) == 0 and n == factors.seq_len.max():
             out.append(f"On {device} at n = {n} the same model wins at every size measured "
-                       f"({', '.join(f'{p} {_times(s)}' for p, s in wins.items())}).")
+                       f"({', '.join(f'{p} {_times(s)}' for p, s in wins.items())})." + tie)
     return out
 
 

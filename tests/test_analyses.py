@@ -314,3 +314,24 @@ def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_ra
     in_rounds = times(5, quartiles).assign(rounds=5)
     assert ("between the two times' quartiles over 5 or more rounds spread over the run, the 0.50× spans 0.25×-0.75×"
             in analyses.analyse_sequence_length(in_rounds).verdict)
+
+
+def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
+    def case(model, preset, n, q25, median, q75):
+        p = (("model", model), ("preset", preset), ("seq_len", n))
+        return [dict(r, q25=q25, q75=q75, iqr=q75 - q25, samples=5, rounds=5)
+                for r in rows("models", "time", {p: median}, device="cpu", batch=8, threads=2)]
+
+    def verdict(paper_base_rnn):  # the Transformer wins tiny clearly; paper-base depends on the RNN's spread
+        data = [r for n in (16, 64) for r in case("transformer", "tiny", n, 0.9e-3, 1e-3, 1.1e-3)
+                + case("rnn-width", "tiny", n, 3.6e-3, 4e-3, 4.4e-3)
+                + case("transformer", "paper-base", n, 0.95, 1.0, 1.05) + case("rnn-width", "paper-base", n, *paper_base_rnn)]
+        return analyses.analyse_sequence_length(table(data)).verdict
+
+    tied = verdict((0.85, 0.9, 1.0))  # 0.90× as fast, but 0.81×-1.05× between the quartiles
+    assert "The winner changes" not in tied
+    assert "On cpu at n = 64 the Transformer wins at tiny (Transformer 4.00× as fast)." in tied
+    assert "At paper-base the 0.90× spans 0.81×-1.05× between the two times' quartiles, parity included: no winner there." in tied
+    clear = verdict((0.5, 0.55, 0.6))  # 0.55× as fast, 0.48×-0.63×: the RNN wins at paper-base
+    assert "The winner changes with model size on cpu at n = 64: the Transformer wins at tiny (4.00×), the RNN at " \
+           "paper-base (Transformer 0.55× as fast)." in clear and "no winner" not in clear
