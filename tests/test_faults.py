@@ -484,7 +484,7 @@ def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
     thin = noise.unreplicated_cases(t)
     assert thin.seq_len.tolist() == [64] and thin.samples.tolist() == [1]  # unknown counts are not guessed
     page = open(html.build(t, str(tmp_path / "report"))).read()
-    assert "Unreplicated cases: timed over fewer than 3 values" in page
+    assert "Unreplicated cases: timed over fewer than 3 values" in page and "<summary>1 unreplicated case</summary>" in page
 
 
 # -- out of memory: one rule for the runner and asv (item 6) -----------------------------------------
