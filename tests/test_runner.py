@@ -180,3 +180,13 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     with pytest.raises(OSError, match="disk full"):
         machine.write_json_atomic(path, {"a": 2})
     assert json.load(open(path)) == {"a": 1} and os.listdir(tmp_path) == ["r.json"]
+
+
+def test_a_timing_short_of_three_blocks_is_topped_up_only_when_that_is_cheap():
+    import time
+
+    topped = measure.blocked_timing(lambda: time.sleep(0.03), min_run_time=0.05)  # 2 blocks, a third costs 0.03 s
+    assert topped.blocks == measure.MIN_SAMPLES == 3 and topped.calls_per_block == 1
+    assert 0.03 <= topped.q25 <= topped.median <= topped.q75 < 0.06
+    slow = measure.blocked_timing(lambda: time.sleep(0.1), min_run_time=0.05)  # two more would cost 0.2 s: left as is
+    assert slow.blocks == 1 and slow.q25 == slow.median == slow.q75
