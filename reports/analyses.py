@@ -306,6 +306,8 @@ def _regime_change(factors: pd.DataFrame) -> list[str]:
             who = "the Transformer" if tf else "the RNN"
             out.append(f"On {device} at n = {n} {who} wins at {', '.join(tf or rnn)} "
                        f"(Transformer {', '.join(_times(wins[p]) for p in tf or rnn)} as fast)." + tie)
+        elif even:
+            out.append(f"On {device} at n = {n} neither model wins at any size measured." + tie)
         elif len(out) == 0 and n == factors.seq_len.max():
             out.append(f"On {device} at n = {n} the same model wins at every size measured "
                        f"({', '.join(f'{p} {_times(s)}' for p, s in wins.items())})." + tie)

@@ -332,6 +332,13 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
     assert "The winner changes" not in tied
     assert "On cpu at n = 64 the Transformer wins at tiny (Transformer 4.00× as fast)." in tied
     assert "At paper-base the 0.90× spans 0.81×-1.05× between the two times' quartiles, parity included: no winner there." in tied
+    def all_tied():
+        data = [r for n in (16, 64) for p in ("tiny", "paper-base") for r in
+                case("transformer", p, n, 0.9, 1.0, 1.1) + case("rnn-width", p, n, 0.9, 1.0, 1.1)]
+        return analyses.analyse_sequence_length(table(data)).verdict
+
+    assert "On cpu at n = 64 neither model wins at any size measured. At " in all_tied()
+    assert "wins at every size" not in all_tied()
     clear = verdict((0.5, 0.55, 0.6))  # 0.55× as fast, 0.48×-0.63×: the RNN wins at paper-base
     assert "The winner changes with model size on cpu at n = 64: the Transformer wins at tiny (4.00×), the RNN at " \
            "paper-base (Transformer 0.55× as fast)." in clear and "no winner" not in clear
