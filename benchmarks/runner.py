@@ -315,6 +315,14 @@ def _why(records: list[dict], limit: int = 3) -> str:
     return "; ".join(told) + (f"; {len(reasons) - limit} other reasons" if len(reasons) > limit else "")
 
 
+def _worst(items: list[tuple], shown, limit: int = 3) -> str:
+    """': key (value), ... and N more' for the first ``limit`` of (value, key) pairs, worst first; '' if none."""
+    if not items:
+        return ""
+    listed = ", ".join(f"{key} ({shown(value)})" for value, key in items[:limit])
+    return f": {listed}" + (f", and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: list[str]) -> str:
     """See Runner.summary; ``records``: those this run wrote."""
     by = {s: [r for r in records if r["status"] == s] for s in STATUSES}
@@ -326,15 +334,12 @@ def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: li
              f"  resumed        {counts.get('resumed', 0)} cases already recorded at this commit"]
     for status, label in (("skipped", "skipped"), ("oom", "out of memory"), ("failed", "failed")):
         lines.append(f"  {label:14s} {counts.get(status, 0)}" + (f": {_why(by[status])}" if by[status] else ""))
-    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}"
-                 + (": " + ", ".join(f"{key} ({rel:.0%})" for rel, key in noisy[:3]) if noisy else "")
-                 + (f", and {len(noisy) - 3} more" if len(noisy) > 3 else ""))
+    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}" + _worst(noisy, lambda rel: f"{rel:.0%}"))
     thin = sorted((r["time_median_s"], case_key(r["area"], r["method"], r["params"])) for r in by["ok"]
                   if r.get("time_median_s") and r.get("samples") is not None and r["samples"] < measure.MIN_SAMPLES)[::-1]
     lines.append(f"  unreplicated   {len(thin)} timed over fewer than {measure.MIN_SAMPLES} values, so no spread measured"
-                 + (" (--rounds R times each R times, spread over the run): " + ", ".join(
-                     f"{key} ({t:.2g} s)" for t, key in thin[:3]) if thin else "")
-                 + (f", and {len(thin) - 3} more" if len(thin) > 3 else ""))
+                 + (" (--rounds R times each R times, spread over the run)" if thin else "")
+                 + _worst(thin, lambda t: f"{t:.2g} s"))
     lines.append(f"  set aside      {len(set_aside)}" + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
     lines.append(f"  results in     {out} (machine.json, cases/)")
     return "\n".join(lines)

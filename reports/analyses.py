@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.measure import MIN_SAMPLES
 
 from . import tidy
 
@@ -222,8 +223,6 @@ def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
     ``samples``, the fewest values either time is over (absent when the results do not say), and when that
     is at least MIN_SAMPLES the range between the two times' quartiles (``speedup_low``, ``speedup_high``)
     and whether they are over rounds spread over the run or over one round's blocks (``spread_over``)."""
-    from benchmarks.measure import MIN_SAMPLES
-
     a, b = (rows[rows.model == m] for m in (first, second))
     samples = pd.concat([a.samples, b.samples])
     if a.empty or b.empty or samples.isna().any():
@@ -242,10 +241,8 @@ def spread_phrase(spread: dict, ratio: float) -> str:
     on a shared machine understate how far two runs differ); or, when either time is over fewer than
     MIN_SAMPLES values (a slow call timed once: an IQR of 0 that measures nothing), that no spread was
     measured."""
-    from benchmarks.measure import MIN_SAMPLES
-
     least = spread.get("samples")
-    if least is None or least != least:
+    if least is None:
         return f"; the {_times(ratio)} has no known spread (these results do not say how many values each time is over)"
     least = int(least)
     if least < MIN_SAMPLES:
@@ -264,8 +261,6 @@ def spread_phrase(spread: dict, ratio: float) -> str:
 def unreplicated_note(times: pd.DataFrame, where: str) -> str:
     """A sentence when times a verdict rests on (time rows) are over fewer than MIN_SAMPLES values each
     (a slow call timed once), so that its ratios have no measured spread; else nothing."""
-    from benchmarks.measure import MIN_SAMPLES
-
     thin = times[(times.samples < MIN_SAMPLES).fillna(False)]
     if thin.empty:
         return ""

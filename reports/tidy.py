@@ -6,8 +6,9 @@ the case's measurement started, ``finished`` when its last round did, the same f
 many rounds a time was measured in, runner records only), what was measured
 (``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times and ``samples``,
 how many values they are over), how it went (``status``, ``reason``), every parameter axis of every area
-(empty where an area has no such axis) and the machine's facts (CPU model, cores, GPU, torch). ``load()`` takes any mix of runner folders
-and asv results folders; several machines' results concatenate into one table.
+(empty where an area has no such axis) and the machine's facts (CPU model, cores, GPU, torch). ``load()``
+takes any mix of runner folders and asv results folders; several machines' results concatenate into one
+table.
 """
 
 from __future__ import annotations
