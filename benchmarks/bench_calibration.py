@@ -2,7 +2,8 @@
 
 import torch
 
-from . import cases, machine
+from . import cases
+from .core import machine
 
 
 class GemmPeak:

@@ -2,8 +2,9 @@
 
 import torch
 
-from . import cases, opgraph
+from . import cases
 from .common import grid_params
+from .core import opgraph
 
 
 class SequentialDepth:

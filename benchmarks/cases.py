@@ -11,6 +11,7 @@ variable ATTENTION_BENCH_GRID picks the grid the asv classes expose ("quick" unl
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable
@@ -20,11 +21,16 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from transformer import (MultiHeadAttention, RecurrentLayer, RNNAttention, RNNAttentionConfig, Transformer,
-                         TransformerConfig, flops)
-from transformer import scaled_dot_product_attention
-
-from .machine import thread_counts, using_threads  # noqa: F401  (re-exported for the runners)
+from transformer import (
+    MultiHeadAttention,
+    RecurrentLayer,
+    RNNAttention,
+    RNNAttentionConfig,
+    Transformer,
+    TransformerConfig,
+    flops,
+    scaled_dot_product_attention,
+)
 
 try:  # asv's own skip marker, which also skips when raised in a benchmark's body
     from asv_runner.benchmarks.mark import SkipNotImplemented as _SkipBase
@@ -33,6 +39,26 @@ except ImportError:  # running outside asv
 
 #: Tokens per attention call (batch x sequence length held fixed, as FlashAttention's benchmarks do).
 TOKENS = {"cpu": 4096, "cuda": 16384}
+
+
+def thread_counts(all_cores: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to all cores, and all cores itself (strong scaling)."""
+    n = all_cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+    counts = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return counts if counts[-1] == n else counts + [n]
+
+
+@contextlib.contextmanager
+def using_threads(threads: int | None):
+    """Run the block on ``threads`` CPU threads (None: leave torch's setting), then restore it."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
 
 #: The modes of the depth area: what each model runs (greedy generation makes seq_len new tokens).
 MODES = ("forward", "train_step", "generate")

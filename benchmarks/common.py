@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from . import cases, machine, measure
+from . import cases
+from .core import machine, measure
+from .core.records import is_oom, write_json_atomic
 
 
 class _CaseBenchmark:
@@ -29,7 +31,7 @@ class _CaseBenchmark:
         peaks = machine.calibrate(cases.axes("threads")["threads"])
         path = machine.asv_metadata_path()
         if path:
-            machine.write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks})
+            write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks})
         return peaks
 
     def setup(self, peaks, *params):
@@ -43,7 +45,7 @@ class _CaseBenchmark:
                 torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
             self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
         except Exception as error:
-            if not measure.is_oom(error):
+            if not is_oom(error):
                 raise
             # one rule with the runner: out of memory on any device (torch.OutOfMemoryError on a GPU, the
             # CPU allocator's RuntimeError) is recorded as out of memory with its parameters, and the run goes

@@ -14,9 +14,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
+
+import pandas as pd
+
+from benchmarks import cases
+from benchmarks.core import guards, pipeline, profiler
+
+from . import claims, html, measured, tidy
+from .analyses import noise
+from .analyses.hardware import analyse_hardware
+from .analyses.runs import latest_run, one_machine_per_run
+from .html import MISSING, displayable
 
 REPORT_DIR = os.path.join("results", "report")
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
@@ -35,10 +45,6 @@ def _asv_html(paths: list[str]) -> str | None:
 def _report(paths: list[str], out: str, machine: str | None = None, table=None, extra: dict | None = None) -> str:
     """Build the report of ``paths`` into ``out``. Refuses to build one with no measured case, and says so
     when it replaces a report that was there. ``extra``: more fields for its ``report.json``."""
-    from benchmarks import guards
-
-    from . import analyses, html, tidy
-
     table = tidy.load(paths) if table is None else table
     timed = table[table.metric.isin(["time", "sequential_depth"])]
     if not (timed.status == "ok").any():
@@ -50,7 +56,7 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
     previous = html.describe(out)
     site = _asv_html(paths)
     lead = machine or next(iter(dict.fromkeys(table.machine.dropna())), None)
-    lead_run = analyses.latest_run(table[table.machine == lead])
+    lead_run = latest_run(table[table.machine == lead])
     folders = [p for p in tidy.unique_paths(paths) if os.path.normpath(p) == lead_run]
     # a relative link keeps working when the report and .asv/html move together
     index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
@@ -62,36 +68,23 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
 
 
 def measure(args) -> int:
-    from benchmarks import guards, runner
-
     start = time.time()
-    name = args.machine or socket.gethostname()
-    out = args.out or os.path.join("results", "runs", f"{name}-{args.grid}")
     try:
-        todo = runner.plan(args.grid, devices=args.device)
-        guards.writable_folder(out, "--out")
         guards.writable_folder(args.report, "--report")
-        r = runner.Runner(out, min_run_time=args.min_run_time, name=name, rounds=args.rounds)
-        ranks = runner.Ranks()  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
+        run = pipeline.plan_run(args)  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"Measuring the {args.grid!r} grid ({len(todo)} cases) into {out}"
-          + (f", rank {ranks.rank} of {ranks.world}: {len(ranks.share(todo))} cases" if ranks.world > 1 else ""),
+    ranks, out = run.ranks, run.out
+    print(f"Measuring the {args.grid!r} grid ({len(run.todo)} cases) into {out}"
+          + (f", rank {ranks.rank} of {ranks.world}: {len(run.share)} cases" if ranks.world > 1 else ""),
           file=sys.stderr)
-    with ranks.guard(out, lambda: r.current):
-        ranks.calibrate_first(r, todo)
-        counts = r.run(ranks.share(todo), progress=not args.no_progress and ranks.rank == 0)
-        print(r.summary(counts), file=sys.stderr)
-        ranks.total(counts)  # every rank has finished measuring
-    ranks.close()
+    pipeline.measure_grid(run, progress=not args.no_progress)
     if ranks.rank != 0:
         return 0
     if not args.no_profile:
-        from benchmarks import profile
-
-        profiled = profile.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
-        print(f"profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+        profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+        print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
     index = _report([out], args.report)
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
     print(os.path.abspath(index))
@@ -107,11 +100,6 @@ def build(args) -> int:
 def _print_agreement(found: list[dict]) -> None:
     """How far each run's times are from its predecessor's on the same machine, raw and normalised by the
     interleaved control GEMM (``noise.agreements``)."""
-    import pandas as pd
-
-    from . import noise
-    from .html import MISSING, displayable
-
     for a in found:
         agree = pd.DataFrame(a["rows"]).set_index("metric")
         print(f"\n{a['machine']}: {a['second']} against {a['first']}{noise.rounds_told(a)}, |second/first - 1| over the cases both timed "
@@ -119,21 +107,16 @@ def _print_agreement(found: list[dict]) -> None:
 
 
 def compare(args) -> int:
-    from . import analyses, tidy
-
     table = tidy.load(args.paths)
     runs = table.run.nunique()
     if runs < 2:
         raise ValueError(f"compare needs two runs or more; {' and '.join(map(repr, args.paths))} hold"
                          f" {runs}. To report on one run: python -m reports build PATH")
-    from . import noise
-
     found = noise.agreements(table)
     _print_agreement(found)
-    table = analyses.one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
-    a = analyses.analyse_hardware(table)
+    table = one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
+    a = analyse_hardware(table)
     print(a.verdict)
-    from .html import MISSING, displayable
 
     for name, df in a.tables.items():
         print(f"\n{name}:\n{displayable(df).to_string(na_rep=MISSING)}")
@@ -142,24 +125,17 @@ def compare(args) -> int:
 
 
 def print_claims(args) -> int:
-    from . import claims
-
     print(claims.markdown(), end="")
     return 0
 
 
 def print_measured(args) -> int:
-    from . import measured
-
-    print(measured.markdown(measured.load(args.record), args.record, args.only.split(",") if args.only else None), end="")
+    only = args.only.split(",") if args.only else None
+    print(measured.markdown(measured.load(args.record), args.record, only, getattr(args, "for")), end="")
     return 0
 
 
 def csv(args) -> int:
-    from benchmarks import guards
-
-    from . import tidy
-
     guards.writable_file(args.out, "--out")
     tidy.load(args.paths).to_csv(args.out, index=False)
     print(os.path.abspath(args.out))
@@ -167,18 +143,11 @@ def csv(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import cases, guards, runner
-
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
     measuring = argparse.ArgumentParser(add_help=False)
-    measuring.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid to measure")
+    pipeline.add_run_options(measuring, cases.GRIDS, default_grid="default")
     measuring.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
-    measuring.add_argument("--out", help="runner folder (default results/runs/<machine>-<grid>; resumes if present)")
-    measuring.add_argument("--machine", help="label for this machine (default: the hostname)")
-    measuring.add_argument("--min-run-time", type=guards.seconds, default=0.2, help="seconds of timing per method")
-    measuring.add_argument("--rounds", type=guards.count, default=1, metavar="R", help=runner.ROUNDS_HELP)
-    measuring.add_argument("--no-progress", action="store_true")
     measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],
                                      parents=[common, measuring], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -193,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("claims", help="print the claims the suite tests (docs/CLAIMS.md)")
     m = sub.add_parser("measured", help="a README block generated from a saved record (report.json or a script's)")
     m.add_argument("record", help="a report's report.json or a script's --record, kept under docs/measured/")
-    m.add_argument("--only", help="comma-separated keys of the report's analyses to quote (default: all)")
+    m.add_argument("--only", help="comma-separated keys of the report's analyses to quote (default: all); answers: "
+                   "its answers table")
+    m.add_argument("--for", default=measured.README, metavar="PAGE",
+                   help=f"the page the block goes in, its links relative to it (default {measured.README})")
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")
     e.add_argument("--out", required=True)

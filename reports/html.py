@@ -9,14 +9,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 
 import jinja2
 import pandas as pd
 
-from benchmarks.measure import MIN_SAMPLES
-from benchmarks.runner import NOISY
+from benchmarks.core.measure import MIN_SAMPLES
+from benchmarks.core.records import write_json_atomic
+from benchmarks.core.runner import NOISY
 
-from . import analyses, claims, figures, noise, profiling
+from . import claims, figures, tidy
+from .analyses import noise, profiling
+from .analyses.registry import run_all
+from .analyses.runs import latest_run, memory_limits
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 #: what each report was built from, next to its index.html (so that replacing it can say what it replaced)
@@ -32,17 +37,9 @@ TABLE_UNITS = {"time": "seconds per call (median)", "wo": "seconds per call (med
                "components": "seconds per call per component; memory held at the peak in bytes"}
 
 
-def _caption(analysis_key: str, name: str) -> str:
-    if analysis_key == "profiling":
-        return {"checks": "seconds; overhead = profiled/unprofiled − 1; peak in bytes",
-                "links": "files under the report folder"}.get(name, "share of the profiled call's time")
-    if analysis_key == "c1_depth":
-        return "operators (sequential depth or launches); slopes in operators per token"
-    if analysis_key == "c5_scaling":
-        return "mean over 256 rows of 64 keys"
-    if analysis_key == "hardware":
-        return {"speedup": "× relative to the baseline machine", "times": "seconds per call (median)"}.get(name, "")
-    return TABLE_UNITS.get(name.split("_")[0], "")
+def _caption(a, name: str) -> str:
+    """What a table's values are: as its analysis says (``Analysis.units``), else by its name's prefix."""
+    return a.units.get(name, TABLE_UNITS.get(name.split("_")[0], ""))
 
 
 #: what a table shows where it has no value (NaN, None, pandas' <NA>): a dash, explained by its caption
@@ -82,10 +79,8 @@ def _machines(t: pd.DataFrame) -> pd.DataFrame:
 
 def _runs(t: pd.DataFrame) -> pd.DataFrame:
     """tidy.runs with the rule the page follows: each machine's analyses read its latest run only."""
-    from . import tidy
-
     runs = tidy.runs(t)
-    used = {analyses.latest_run(t[t.machine == m]) for m in runs.machine.unique()}
+    used = {latest_run(t[t.machine == m]) for m in runs.machine.unique()}
     runs.insert(0, "analysed", ["yes" if r in used else "no: an older run of this machine" for r in runs.index])
     for column in ("first", "last"):
         runs[column] = runs[column].dt.strftime("%Y-%m-%d %H:%M")
@@ -98,8 +93,6 @@ def _order(v):
 
 def _axes(t: pd.DataFrame) -> pd.DataFrame:
     """The values each area's axes took in these results (the grid that was measured)."""
-    from . import tidy
-
     rows = []
     for area, g in t[t.area != "gemm"].groupby("area"):
         for axis in tidy.PARAMS:
@@ -110,17 +103,17 @@ def _axes(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _copy_profiles(records: list[dict], out: str) -> None:
-    """Each profile's trace and memory figure into ``out/profiles/<case>/``, so that the report's relative
-    links work wherever the report folder is copied."""
-    import shutil
-
+    """Each profile's trace copied and its memory figure drawn into ``out/profiles/<case>/``, so that the
+    report's relative links work wherever the report folder is copied."""
     for r in records:
         dest = os.path.join(out, r["folder"])
         os.makedirs(dest, exist_ok=True)
-        for name in (r["trace"], r["memory_figure"]):
-            src = os.path.join(r["root"], r["folder"], name)
-            if os.path.exists(src):
-                shutil.copyfile(src, os.path.join(dest, name))
+        src = os.path.join(r["root"], r["folder"], r["trace"])
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(dest, r["trace"]))
+        if r.get("memory_timeline") is not None:
+            stem = os.path.splitext(r["memory_figure"])[0]
+            figures.save([(stem, "", figures.memory_figure(r))], dest)
 
 
 def _profile_links(records: list[dict], out: str) -> list[dict]:
@@ -168,21 +161,22 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     os.makedirs(out, exist_ok=True)
     profiles = profiles or []
     _copy_profiles(profiles, out)
-    results = analyses.run_all(table, machine, profiling.table(profiles))
+    results = run_all(table, machine, profiling.table(profiles))
     sections = []
     for a in results:
         saved = figures.save(figures.figures_for(a), out)
-        sections.append({"key": a.key, "title": a.title, "claim": a.claim, "verdict": a.verdict,
+        sections.append({"key": a.key, "title": a.title, "claim": a.claim, "verdict": a.verdict, "answer": a.answer,
+                         "conditions": a.conditions,
                          "missing": a.missing, "figures": saved,
                          "numbers": _html(pd.Series(a.numbers, name="value").to_frame()) if a.numbers else None,
-                         "tables": [(f"{name} — {_caption(a.key, name)}" if _caption(a.key, name) else name, _html(df))
+                         "tables": [(f"{name} — {_caption(a, name)}" if _caption(a, name) else name, _html(df))
                                     for name, df in a.tables.items() if not df.empty]})
     status = table[table.metric == "time"].groupby(["area", "method", "status"]).size().unstack("status", fill_value=0)
     not_ok = table[(table.metric == "time") & (table.status != "ok")]
     reasons = not_ok.groupby(["status", "reason"]).size().rename("cases").to_frame() if not not_ok.empty else None
     counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
-    noisy, thin, limits = noise.noisy_cases(table), noise.unreplicated_cases(table), analyses.memory_limits(table)
+    noisy, thin, limits = noise.noisy_cases(table), noise.unreplicated_cases(table), memory_limits(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -198,15 +192,14 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         axes_table=_html(_axes(table)), claims=claims.CLAIMS, profile_links=_profile_links(profiles, out),
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
-    from benchmarks.machine import write_json_atomic
-
     write_json_atomic(os.path.join(out, REPORT_RECORD), {
         "generated": dt.datetime.now().isoformat(timespec="seconds"), "inputs": inputs or sorted(set(table.run.dropna())),
         "counts": {k: int(v) for k, v in counts.items()},
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
                   "rounds": _plain(row.rounds), "analysed": row.analysed} for r, row in runs.iterrows()],
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
-        "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "missing": list(a.missing),
+        "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "answer": a.answer,
+                      "missing": list(a.missing),
                       "has_data": bool(a.tables or a.numbers),
                       "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
                      for a in results], **(extra or {})})

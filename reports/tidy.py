@@ -16,13 +16,18 @@ from __future__ import annotations
 import ast
 import functools
 import glob
+import importlib
 import itertools
 import os
+import pkgutil
 from collections.abc import Iterable
 
 import pandas as pd
 
+import benchmarks
 from benchmarks import cases
+from benchmarks.core import profiler
+from benchmarks.core.records import read_json
 
 #: metric -> unit, for every metric the runner or the asv suite records
 UNITS = {
@@ -65,8 +70,6 @@ def _facts(meta: dict | None) -> dict:
 
 
 def _read(path: str) -> dict:
-    from benchmarks.machine import read_json
-
     return read_json(path)
 
 
@@ -199,11 +202,6 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
 @functools.lru_cache(maxsize=1)
 def _asv_classes() -> dict[str, type]:
     """asv class name -> class, from the suite itself."""
-    import importlib
-    import pkgutil
-
-    import benchmarks
-
     classes = {}
     for m in pkgutil.iter_modules(benchmarks.__path__):
         if m.name.startswith("bench_"):
@@ -266,7 +264,7 @@ def _asv_ooms(results_dir: str, env: str) -> dict[tuple, str]:
 
 def from_asv(results_dir: str) -> pd.DataFrame:
     """Rows from asv's results directory (every machine, commit and environment in it)."""
-    from asv.results import iter_results
+    from asv.results import iter_results  # asv is needed only to read its results (a GPU machine may lack it)
 
     if not os.path.isdir(results_dir):
         raise FileNotFoundError(f"no asv results directory at {results_dir!r}")
@@ -368,8 +366,6 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     """The profile records (``benchmarks.profile``) in runner folders among ``paths``, of ``machine`` (every
     machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
-    from benchmarks import profile
-
     out = []
     for path in paths:
         meta = os.path.join(path, "machine.json")
@@ -378,5 +374,5 @@ def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict
         saved = _read(meta)
         name = saved.get("name") or saved["machine"]["hostname"]
         if machine is None or name == machine:
-            out.extend({**r, "root": path, "machine": name} for r in profile.load(path))
+            out.extend({**r, "root": path, "machine": name} for r in profiler.load(path))
     return out

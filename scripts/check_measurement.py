@@ -27,7 +27,9 @@ import torch.utils.benchmark as tbench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import cases, machine, measure, runner  # noqa: E402
+from benchmarks import cases  # noqa: E402
+from benchmarks.core import machine, measure, runner  # noqa: E402
+from benchmarks.core.records import case_key  # noqa: E402
 
 TOLERANCE = 0.05
 MIN_TIME_S = 1e-3
@@ -38,7 +40,7 @@ def sweep(todo, out: str, min_run_time: float) -> dict[str, dict]:
     r.run(todo, progress=False)
     folder = os.path.join(out, "cases")
     recs = [json.load(open(os.path.join(folder, f))) for f in os.listdir(folder)]
-    return {runner.case_key(x["area"], x["method"], x["params"]): x for x in recs if x["status"] == "ok"}
+    return {case_key(x["area"], x["method"], x["params"]): x for x in recs if x["status"] == "ok"}
 
 
 def summarize(title: str, ratios: dict[str, float]) -> bool:

@@ -28,6 +28,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import cases  # noqa: E402
+from reports import measured  # noqa: E402
+
 BENCH = "ScaledDotProductAttention.time_forward"
 FACTOR = 1.5  # asv continuous flags a benchmark that got this much slower
 SLOWDOWN = '''
@@ -69,10 +74,6 @@ def parse_row(row: str) -> dict:
 
 def record(path: str, base: str, out_control: str, out_slow: str, passed: bool, seconds: float) -> None:
     """Save the check's findings as a JSON record (kind ``regression-check``) for the README."""
-    sys.path.insert(0, ROOT)
-    from benchmarks import cases
-    from reports import measured
-
     cpu_cases = cases.select("attention", grid=os.environ.get("ATTENTION_BENCH_GRID", "quick"), device="cpu")
     measured.save(path, "regression-check", base, benchmark=BENCH, factor=FACTOR, cases=len(cpu_cases),
                   passed=passed, seconds=seconds,

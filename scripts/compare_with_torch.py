@@ -36,7 +36,9 @@ import torch.utils.benchmark as tb
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's packages
 
-from benchmarks import cases, gemm_floor  # noqa: E402
+from benchmarks import cases  # noqa: E402
+from benchmarks.core import gemm_floor  # noqa: E402
+from benchmarks.core.records import commit  # noqa: E402
 from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
 
@@ -155,9 +157,7 @@ def main() -> None:
 
 def record(path: str, args, rows: list[dict]) -> None:
     """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
-    from benchmarks import runner
-
-    measured.save(path, "compare-with-torch", runner.commit(), device=args.device, threads=args.threads, rounds=args.rounds,
+    measured.save(path, "compare-with-torch", commit(), device=args.device, threads=args.threads, rounds=args.rounds,
                   block_time=args.block_time, dtype="float32", comparisons=rows)
 
 

@@ -13,15 +13,17 @@ track_fraction_of_peak time 0.2 s each (torch.utils.benchmark); the five GPU tra
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import pkgutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pandas as pd  # noqa: E402
 
+import benchmarks  # noqa: E402
 from benchmarks import cases  # noqa: E402
-
 from reports import tidy  # noqa: E402
 
 ROUNDS, WARMUP, SAMPLES, SAMPLE_TIME, ROUND_CAP = 2, 0.1, 5, 0.01, 10.0
@@ -33,11 +35,6 @@ PER_PROCESS = 0.10
 
 def processes(grid: str) -> int:
     """asv benchmark processes over a grid: every method of every class times every combination."""
-    import importlib
-    import pkgutil
-
-    import benchmarks
-
     count = 0
     for m in pkgutil.iter_modules(benchmarks.__path__):
         if m.name.startswith("bench_"):

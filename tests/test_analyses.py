@@ -1,12 +1,12 @@
 """Analyses on synthetic tables with known answers: a wrong fit or a wrong verdict fails here."""
 
-import math
 
 import pandas as pd
 import pytest
 
 from benchmarks import cases
-from reports import analyses, tidy
+from reports import tidy
+from reports.analyses import c1_generation, c1_length, c1_threads, c2_roofline, fits, hardware, heads, registry, runs, table1
 from transformer import flops
 
 
@@ -25,17 +25,17 @@ def table(*groups) -> pd.DataFrame:
 
 
 def test_power_law_fit_recovers_an_exponent_of_exactly_two():
-    k, c = analyses.fit_power_law([1, 2, 4, 8, 16], [3 * n**2 for n in [1, 2, 4, 8, 16]])
+    k, c = fits.fit_power_law([1, 2, 4, 8, 16], [3 * n**2 for n in [1, 2, 4, 8, 16]])
     assert k == pytest.approx(2.0, abs=1e-12) and c == pytest.approx(3.0)
     with pytest.raises(ValueError, match="two distinct positive x"):
-        analyses.fit_power_law([4, 4], [1, 2])
+        fits.fit_power_law([4, 4], [1, 2])
 
 
 def test_crossover_is_interpolated_in_log_space_and_none_without_a_crossing():
     x = [10, 50, 200, 1000]
-    assert analyses.crossover(x, x, [100] * 4) == pytest.approx(100.0)
-    assert analyses.crossover(x, [1] * 4, [2] * 4) is None
-    assert analyses.crossover(x, [1, 2, 3, 4], [1, 1, 1, 1]) == 10  # exact tie
+    assert fits.crossover(x, x, [100] * 4) == pytest.approx(100.0)
+    assert fits.crossover(x, [1] * 4, [2] * 4) is None
+    assert fits.crossover(x, [1, 2, 3, 4], [1, 1, 1, 1]) == 10  # exact tie
 
 
 def model_times(scale=1.0):
@@ -47,7 +47,7 @@ def model_times(scale=1.0):
 
 def test_sequence_length_fits_exponents_and_finds_the_crossover():
     train = [dict(r, method="train_step", value=3 * r["value"]) for r in model_times()]
-    a = analyses.analyse_sequence_length(table(model_times(), train))
+    a = c1_length.analyse_sequence_length(table(model_times(), train))
     assert a.numbers["exponent_cpu_tiny_train_step_rnn-width"] == pytest.approx(2.0)
     assert "time_cpu_tiny_train_step" in a.tables
     assert a.numbers["exponent_cpu_tiny_forward_transformer"] == pytest.approx(1.0)
@@ -64,7 +64,7 @@ def test_generation_compares_parallel_and_sequential_throughput():
                device="cpu", seq_len=64)
     gen = rows("models", "tokens_per_s", {(("model", "transformer"),): 100.0, (("model", "rnn-width"),): 125.0},
                method="generate", device="cpu", seq_len=64)
-    a = analyses.analyse_generation(table(fwd, gen))
+    a = c1_generation.analyse_generation(table(fwd, gen))
     assert a.numbers["parallel_advantage_cpu_transformer_n64"] == pytest.approx(10.0)
     assert a.numbers["parallel_advantage_cpu_rnn-width_n64"] == pytest.approx(2.0)
     assert a.numbers["transformer_over_rnn_forward_cpu"] == pytest.approx(4.0)
@@ -82,21 +82,21 @@ def test_generation_compares_parallel_and_sequential_throughput():
                     "models", metric, {(("model", m),): f(v) for m, v in per_s.items()}, method=method, **fixed)]
         return table(out)
 
-    once = analyses.analyse_generation(timed(1)).verdict
+    once = c1_generation.analyse_generation(timed(1)).verdict
     assert "4 of the 4 times at n = 64 rest on fewer than 3 timed values (as few as 1), so these ratios have no " \
            "measured spread" in once
-    assert "no measured spread" not in analyses.analyse_generation(timed(7)).verdict
+    assert "no measured spread" not in c1_generation.analyse_generation(timed(7)).verdict
 
 
 def test_threads_speedup_and_efficiency():
     perfect = {(("workload", "attention"), ("threads", p)): 1.0 / p for p in (1, 2, 4)}
     serial = {(("workload", "rnn-width"), ("threads", p)): 1.0 for p in (1, 2, 4)}
-    a = analyses.analyse_threads(table(rows("threads", "time", {**perfect, **serial})))
+    a = c1_threads.analyse_threads(table(rows("threads", "time", {**perfect, **serial})))
     assert a.numbers["speedup_attention_p4"] == pytest.approx(4.0)
     assert a.numbers["efficiency_attention_p4"] == pytest.approx(1.0)
     assert a.numbers["efficiency_rnn-width_p4"] == pytest.approx(0.25)
     assert "attention scales best, rnn-width worst" in a.verdict
-    one = analyses.analyse_threads(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
+    one = c1_threads.analyse_threads(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
     assert one.missing and "at least two thread counts" in one.verdict
 
 
@@ -105,7 +105,7 @@ def test_roofline_fraction_of_the_measured_peak():
                 for n, v in ((128, lo), (1024, hi))}
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
-    a = analyses.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu"), peak))
+    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu"), peak))
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(0.5)
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.2)
     assert "sdpa peaks at 50.0 GFLOP/s (50%) at n = 1024" in a.verdict
@@ -123,7 +123,7 @@ def heads_table(flat=True):
 
 
 def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
-    a = analyses.analyse_heads(heads_table(flat=True))
+    a = heads.analyse_heads(heads_table(flat=True))
     assert a.numbers["matmul_flops_max_over_min"] == 1.0 and "“same FLOPs” holds" in a.verdict
     assert a.numbers["time_ratio_h64_over_h1_batched"] == pytest.approx(1.64 / 1.01)
     assert a.tables["work"].score_bytes.loc[64] == 64 * a.tables["work"].score_bytes.loc[1]
@@ -133,15 +133,15 @@ def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
     assert a.numbers["wo_flops_ratio"] == pytest.approx(1.25) and "W_O adds 25% of the matmul FLOPs" in a.verdict
     flat_time = heads_table(flat=True)
     flat_time.loc[flat_time.metric == "time", "value"] = 0.02
-    untracked = analyses.analyse_heads(flat_time)
+    untracked = heads.analyse_heads(flat_time)
     assert "does not track the score-matrix size" in untracked.verdict
-    grown = analyses.analyse_heads(heads_table(flat=False))
+    grown = heads.analyse_heads(heads_table(flat=False))
     assert grown.numbers["matmul_flops_max_over_min"] == 64 and "does not hold" in grown.verdict
 
 
 def test_score_bytes_follow_the_case_shape():
     s = cases.MULTIHEAD_SHAPE
-    assert analyses.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4
+    assert heads.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4
 
 
 def layer_table():
@@ -159,7 +159,7 @@ def layer_table():
 
 
 def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
-    a = analyses.analyse_table1(layer_table())
+    a = table1.analyse_table1(layer_table())
     assert a.numbers["flops_crossover_d128"] == pytest.approx(128) and a.numbers["flops_crossover_d256"] == pytest.approx(256)
     assert a.numbers["time_crossover_d128"] == pytest.approx(128)
     assert a.numbers["time_exponent_n_recurrent"] == pytest.approx(1.0)
@@ -174,17 +174,17 @@ def test_hardware_ratios_raw_and_per_gemm_peak():
     peaks = (rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 1e11}, "matmul", "slow", device="cpu", dtype="float32")
              + rows("gemm", "gemm_peak_flops_per_s", {(("threads", 8),): 2e11}, "matmul", "fast", device="cpu",
                     dtype="float32"))
-    a = analyses.analyse_hardware(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
+    a = hardware.analyse_hardware(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
     s = a.tables["speedup"].iloc[0]
     assert s.machine == "fast" and s.cases == 14
     assert s.median_speedup == pytest.approx(2.0) and s.median_speedup_per_peak == pytest.approx(1.0)
-    alone = analyses.analyse_hardware(table(model_times()))
+    alone = hardware.analyse_hardware(table(model_times()))
     assert alone.missing and "python -m reports build" in alone.verdict
 
 
 def test_empty_results_degrade_visibly():
     empty = table()
-    for f, with_profiles in analyses.analyses_in_order():
+    for f, with_profiles in registry.ANALYSES:
         a = f(empty, pd.DataFrame()) if with_profiles else f(empty)
         if a.key == "c5_scaling":  # computed, needs no results
             continue
@@ -193,8 +193,8 @@ def test_empty_results_degrade_visibly():
 
 def test_run_all_rejects_an_unknown_machine():
     with pytest.raises(ValueError, match="unknown machine 'x'"):
-        analyses.run_all(table(model_times()), "x")
-    assert len(analyses.run_all(table(model_times()))) == len(analyses.analyses_in_order()) + 1
+        registry.run_all(table(model_times()), "x")
+    assert len(registry.run_all(table(model_times()))) == len(registry.ANALYSES) + 1
 
 
 def test_analyses_use_each_machines_latest_run_only():
@@ -202,8 +202,8 @@ def test_analyses_use_each_machines_latest_run_only():
            for r in model_times()]
     new = [dict(r, commit="new", env="e", date=pd.Timestamp("2026-02-01", tz="UTC")) for r in model_times()]
     t = table(old, new)
-    assert set(analyses.latest(t).commit) == {"new"}
-    a = analyses.run_all(t)[0]
+    assert set(runs.latest(t).commit) == {"new"}
+    a = registry.run_all(t)[0]
     assert a.numbers["speedup_cpu_tiny_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
 
 
@@ -213,7 +213,7 @@ def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
     peaks = [dict(r, machine=m) for m, per_thread in (("two", {1: 1e11, 2: 2e11}), ("one", {1: 1e11, 2: 2e11}))
              for r in rows("gemm", "gemm_peak_flops_per_s", {(("threads", n),): v for n, v in per_thread.items()},
                            "matmul", device="cpu", dtype="float32")]
-    s = analyses.analyse_hardware(table(two, one, peaks)).tables["speedup"].iloc[0]
+    s = hardware.analyse_hardware(table(two, one, peaks)).tables["speedup"].iloc[0]
     assert s.cases == 14  # the same cases match although they ran on different thread counts
     assert s.median_speedup == pytest.approx(1 / 1.5)
     assert s.median_speedup_per_peak == pytest.approx((1 / 1.5) * 2e11 / 1e11)
@@ -221,7 +221,7 @@ def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
 
 def test_curves_never_pool_different_presets_or_batches():
     big = [dict(r, preset="paper-base", value=r["value"] * 10) for r in model_times()]
-    a = analyses.analyse_sequence_length(table(model_times(), big, big))  # paper-base measured twice as often
+    a = c1_length.analyse_sequence_length(table(model_times(), big, big))  # paper-base measured twice as often
     assert a.numbers["speedup_cpu_tiny_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
     assert a.numbers["speedup_cpu_paper-base_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
     assert a.tables["time_cpu_paper-base_forward"]["transformer"].loc[8] == pytest.approx(10 * 1e-3 * 8)
@@ -240,7 +240,7 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
     data = [r for n in (16, 64) for r in
             case("transformer", "tiny", n, 1e-3 * n, 2e6 * n) + case("rnn-width", "tiny", n, 4e-3 * n, 1e6 * n)
             + case("transformer", "paper-base", n, 0.5 * n, 4e9 * n) + case("rnn-width", "paper-base", n, 0.25 * n, 1e9 * n)]
-    a = analyses.analyse_sequence_length(table(data))
+    a = c1_length.analyse_sequence_length(table(data))
     assert a.numbers["speedup_cpu_tiny_n64"] == pytest.approx(4.0)
     assert a.numbers["flop_ratio_cpu_tiny_n64"] == pytest.approx(2.0)
     assert a.numbers["flops_per_s_ratio_cpu_tiny_n64"] == pytest.approx(8.0)  # 4 = 8 / 2
@@ -258,7 +258,7 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
 
 
 def test_depth_slopes_confirm_or_refute_the_claim():
-    from reports import depth
+    from reports.analyses import c1_depth
 
     def d(model, mode, f):
         return rows("depth", "sequential_depth", {(("model", model), ("mode", mode), ("seq_len", n)): f(n)
@@ -266,16 +266,16 @@ def test_depth_slopes_confirm_or_refute_the_claim():
 
     data = (d("rnn-width", "forward", lambda n: 30 * n + 10) + d("transformer", "forward", lambda n: 51)
             + d("transformer", "generate", lambda n: 39 * n + 20))
-    a = depth.analyse_depth(table(data))
+    a = c1_depth.analyse_depth(table(data))
     assert a.numbers["slope_tiny_rnn-width_forward"] == pytest.approx(30.0)
     assert a.numbers["slope_tiny_transformer_forward"] == pytest.approx(0.0, abs=1e-9)
     assert a.numbers["as_claimed"] == 3 and "3 of 3 agree with the claim" in a.verdict
-    wrong = depth.analyse_depth(table(d("transformer", "forward", lambda n: 2 * n)))
+    wrong = c1_depth.analyse_depth(table(d("transformer", "forward", lambda n: 2 * n)))
     assert "0 of 1 agree" in wrong.verdict and "transformer forward grows contrary to it" in wrong.verdict
 
 
 def test_c5_finds_where_the_unscaled_softmax_saturates():
-    from reports import softmax_scale
+    from reports.analyses import softmax_scale
 
     t = softmax_scale.measure(d_ks=(16, 256, 1024))
     un, sc = t[~t.scaled].set_index("d_k"), t[t.scaled].set_index("d_k")
@@ -300,20 +300,20 @@ def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_ra
         return table(out)
 
     quartiles = {"transformer": (0.4, 0.5, 0.8), "rnn-width": (0.2, 0.25, 0.3)}
-    timed_once = analyses.analyse_sequence_length(times(1, quartiles)).verdict
+    timed_once = c1_length.analyse_sequence_length(times(1, quartiles)).verdict
     assert "the 0.50× has no measured spread, a time in it resting on 1 timed value " in timed_once
     assert "--rounds R" in timed_once and "quartiles" not in timed_once
-    blocks = analyses.analyse_sequence_length(times(5, quartiles)).verdict
+    blocks = c1_length.analyse_sequence_length(times(5, quartiles)).verdict
     # the RNN's fastest quartile over the Transformer's slowest, and the other way round
     assert ("between the two times' quartiles (5 or more timed blocks each, seconds apart) the 0.50× spans "
             "0.25×-0.75×, and times measured minutes apart") in blocks
     assert "no measured spread" not in blocks
     unknown = times(5, quartiles)
     unknown.loc[unknown.model == "rnn-width", "samples"] = None  # results that do not say (an asv run without stats)
-    assert "the 0.50× has no known spread" in analyses.analyse_sequence_length(unknown).verdict
+    assert "the 0.50× has no known spread" in c1_length.analyse_sequence_length(unknown).verdict
     in_rounds = times(5, quartiles).assign(rounds=5)
     assert ("between the two times' quartiles over 5 or more rounds spread over the run, the 0.50× spans 0.25×-0.75×"
-            in analyses.analyse_sequence_length(in_rounds).verdict)
+            in c1_length.analyse_sequence_length(in_rounds).verdict)
 
 
 def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
@@ -326,7 +326,7 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
         data = [r for n in (16, 64) for r in case("transformer", "tiny", n, 0.9e-3, 1e-3, 1.1e-3)
                 + case("rnn-width", "tiny", n, 3.6e-3, 4e-3, 4.4e-3)
                 + case("transformer", "paper-base", n, 0.95, 1.0, 1.05) + case("rnn-width", "paper-base", n, *paper_base_rnn)]
-        return analyses.analyse_sequence_length(table(data)).verdict
+        return c1_length.analyse_sequence_length(table(data)).verdict
 
     tied = verdict((0.85, 0.9, 1.0))  # 0.90× as fast, but 0.81×-1.05× between the quartiles
     assert "The winner changes" not in tied
@@ -335,7 +335,7 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
     def all_tied():
         data = [r for n in (16, 64) for p in ("tiny", "paper-base") for r in
                 case("transformer", p, n, 0.9, 1.0, 1.1) + case("rnn-width", p, n, 0.9, 1.0, 1.1)]
-        return analyses.analyse_sequence_length(table(data)).verdict
+        return c1_length.analyse_sequence_length(table(data)).verdict
 
     assert "On cpu at n = 64 neither model wins at any size measured. At " in all_tied()
     assert "wins at every size" not in all_tied()

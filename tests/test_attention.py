@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from transformer import causal_mask, scaled_dot_product_attention as attn
+from transformer import causal_mask
+from transformer import scaled_dot_product_attention as attn
 
 
 def qkv(*lead, n_q=5, n_k=7, d_k=8, d_v=6, dtype=torch.float64):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import benchmarks
-from benchmarks import cases, distributed
+from benchmarks import cases
+from benchmarks.core import head_parallel
 from transformer import flops
 
 MODULES = [importlib.import_module(f"benchmarks.{m.name}") for m in pkgutil.iter_modules(benchmarks.__path__)
@@ -16,7 +17,7 @@ MODULES = [importlib.import_module(f"benchmarks.{m.name}") for m in pkgutil.iter
 ALL_CLASSES = [c for m in MODULES for n, c in vars(m).items() if inspect.isclass(c) and not n.startswith("_")
                and c.__module__ == m.__name__ and hasattr(c, "area")]
 # the head-parallel benchmark spawns its own ranks (tests/test_parallel.py); the rest are cases.GRIDS areas
-CLASSES = [c for c in ALL_CLASSES if c.area != distributed.AREA]
+CLASSES = [c for c in ALL_CLASSES if c.area != head_parallel.AREA]
 GPU_TRACKS = ("track_gpu_", "track_energy_")
 CLASS_BY_AREA = {c.area: c for c in CLASSES}
 GRAPH_AREAS = {a for a, methods in cases.METHODS.items() if methods == ("graph",)}
@@ -38,7 +39,7 @@ def peaks():
 
 def test_every_module_has_a_benchmark_class_per_area():
     assert {c.area for c in CLASSES} == set(cases.GRIDS["quick"])
-    parallel = [c for c in ALL_CLASSES if c.area == distributed.AREA]
+    parallel = [c for c in ALL_CLASSES if c.area == head_parallel.AREA]
     assert len(parallel) == 1 and set(parallel[0].param_names) == set(cases.PARALLEL_GRIDS["quick"]) | {
         "ranks", "backend", "device"}
     for cls in CLASSES:
@@ -69,7 +70,7 @@ def test_setup_and_every_benchmark_body_run(cls, peaks):
 
 
 def test_achieved_flops_and_fraction_of_peak_divide_the_right_numbers(peaks, monkeypatch):
-    from benchmarks import measure
+    from benchmarks.core import measure
 
     monkeypatch.setattr(measure, "blocked_timing", lambda fn, min_run_time: measure.Timing(0.004, 0.003, 0.005, 5, 1))
     bench = CLASS_BY_AREA["threads"]()
@@ -87,7 +88,7 @@ def test_setup_cache_calibrates_every_thread_count_and_the_default(peaks):
 
 
 def test_thread_scaling_sets_and_restores_the_thread_count():
-    from benchmarks import measure
+    from benchmarks.core import measure
 
     before = torch.get_num_threads()
     case = cases.build("threads", {"workload": "multihead", "threads": 1})
@@ -148,7 +149,7 @@ def test_tokens_from_parameters_match_the_built_case(area):
 
 
 def test_depth_benchmark_tracks_the_recorded_graph():
-    from benchmarks import measure
+    from benchmarks.core import measure
 
     cls = CLASS_BY_AREA["depth"]
     for p in cpu_params(cls):

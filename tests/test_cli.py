@@ -8,7 +8,8 @@ import sys
 import pandas as pd
 import pytest
 
-from benchmarks import cases, machine
+from benchmarks import cases
+from benchmarks.core import machine
 from reports.__main__ import main
 
 
@@ -64,24 +65,29 @@ def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
         assert c.claim in page
 
 
-def test_the_readmes_measured_figures_are_generated_from_the_saved_runs_they_name():
+@pytest.mark.parametrize("page", ["README.md"])
+def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(page):
     from reports import measured
 
     root = os.path.join(os.path.dirname(__file__), "..")
-    with open(os.path.join(root, "README.md")) as f:
+    with open(os.path.join(root, page)) as f:
         blocks = measured.readme_blocks(f.read())
     kinds = set()
     for name, only, block in blocks:
         record = measured.load(os.path.join(root, name))
-        flag = f" --only {','.join(only)}" if only else ""
-        assert block == measured.markdown(record, name, only), f"README is stale: python -m reports measured {name}{flag}"
+        flag = (f" --only {','.join(only)}" if only else "") + ("" if page == measured.README else f" --for {page}")
+        assert block == measured.markdown(record, name, only, page), f"{page} is stale: python -m reports measured {name}{flag}"
+        assert os.path.exists(os.path.join(root, os.path.dirname(page), os.path.relpath(name, os.path.dirname(page) or ".")))
         kinds.add(record.get("kind", "report"))
         if only == ["agreement"]:  # a compare's record: both runs, raw and normalised (and best round, in rounds)
             assert record["agreement"] and all({r["metric"] for r in a["rows"]} >= {"time", "time_normalised"}
                                                for a in record["agreement"])
+        elif only == [measured.ANSWERS]:  # the answers table: every analysis with data has an answer
+            assert all(a["answer"] for a in record["analyses"] if a.get("has_data", True))
         elif "analyses" in record:
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
-    assert kinds == {"report", "regression-check", "compare-with-torch"}, kinds
+    expected = {"report", "regression-check", "compare-with-torch"}
+    assert kinds == expected, kinds
 
 
 def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
@@ -117,7 +123,7 @@ def test_the_regression_check_reads_asvs_table_rows():
 
 
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "scripts"))
-                                          if f.endswith(".py")))
+                                          if f.endswith(".py") and f != "__init__.py"))
 def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, script):
     """``.venv/bin/python scripts/X.py``: the script finds the project's packages (benchmarks, reports are not
     installed), whatever the current folder."""

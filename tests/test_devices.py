@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from conftest import DEVICES
+
 from transformer import STRATEGIES, MultiHeadAttention, RNNAttention, Transformer
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -14,8 +14,7 @@ import time
 import pytest
 import torch
 
-from transformer import (MultiHeadAttention, RNNAttentionConfig, TransformerConfig, flops,
-                         scaled_dot_product_attention)
+from transformer import MultiHeadAttention, RNNAttentionConfig, TransformerConfig, flops, scaled_dot_product_attention
 from transformer.layers import EncoderLayer, PositionalEncoding
 
 # -- model parameters (item 5) and errors that name what the user typed (item 10) --------------------
@@ -165,8 +164,10 @@ import sys  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from benchmarks import machine, runner  # noqa: E402
-from reports import analyses, tidy  # noqa: E402
+from benchmarks import runner as runner_cli  # noqa: E402
+from benchmarks.core import machine, records, runner  # noqa: E402
+from reports import tidy  # noqa: E402
+from reports.analyses import c1_length, heads, registry, runs  # noqa: E402
 from reports.__main__ import main as reports_main  # noqa: E402
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
@@ -197,7 +198,7 @@ def files(folder):
 
 def test_git_failure_is_recorded_with_its_reason(monkeypatch):
     monkeypatch.setenv("GIT_DIR", "/nonexistent")  # git cannot read the checkout
-    sha, why = runner.git_head()
+    sha, why = records.git_head()
     assert sha is None and "git rev-parse HEAD failed" in why
 
 
@@ -207,11 +208,11 @@ def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(t
     monkeypatch.setattr(runner, "commit", lambda: None)
     without = measure(tmp_path / "no-commit")  # measured later: the latest run
     t = tidy.load([with_commit, without])
-    runs = tidy.runs(t)
-    assert runs.loc[os.path.normpath(without), "commit"] == "none: git rev-parse HEAD failed: dubious ownership"
-    used = analyses.latest(t)
+    listed = tidy.runs(t)
+    assert listed.loc[os.path.normpath(without), "commit"] == "none: git rev-parse HEAD failed: dubious ownership"
+    used = runs.latest(t)
     assert set(used.run) == {os.path.normpath(without)} and (used.status == "ok").any()
-    first = analyses.run_all(t)[0]
+    first = registry.run_all(t)[0]
     assert "no models results" not in first.missing and "as fast" in first.verdict  # not "No ... results"
     assert reports_main(["build", with_commit, without, "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
@@ -222,7 +223,7 @@ def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
     old = measure(tmp_path / "quick")
     new = measure(tmp_path / "default", PLAN[:1])  # later, fewer cases
     t = tidy.load([old, new])
-    used = analyses.latest(t)
+    used = runs.latest(t)
     assert set(used.run) == {os.path.normpath(new)}
     assert set(used[used.area == "models"].model.dropna()) == {"transformer"}  # nothing borrowed from the older run
     assert len(used[used.metric == "gemm_peak_flops_per_s"]) == len(t[(t.metric == "gemm_peak_flops_per_s")
@@ -255,7 +256,7 @@ def in_process(capsys, *args, module="reports"):
     """The command's main() in this process (faster); (exit code, stderr)."""
     from benchmarks import profile
 
-    main = {"reports": reports_main, "benchmarks.runner": runner.main, "benchmarks.profile": profile.main}[module]
+    main = {"reports": reports_main, "benchmarks.runner": runner_cli.main, "benchmarks.profile": profile.main}[module]
     try:
         code = main(list(args))
     except SystemExit as exit:  # argparse's errors
@@ -365,10 +366,10 @@ def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
         pytest.skip("the CUDA case runs here")
     t = tidy.load([measure(tmp_path / "run", cuda_models + [("depth", {"model": "transformer", "preset": "tiny",
                                                                          "mode": "forward", "seq_len": 8})])])
-    c1 = analyses.analyse_sequence_length(t)
+    c1 = c1_length.analyse_sequence_length(t)
     assert "all 3 cases of the models area were run and none was measured" in c1.verdict
     assert "skipped" in c1.verdict and "CUDA" in c1.verdict
-    assert analyses.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."
+    assert heads.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."
 
 
 # -- asv's machine metadata in both environment modes (item 13) -------------------------------------
@@ -431,7 +432,7 @@ def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_rem
     counts = r.run(PLAN, progress=False)  # resuming sets it aside and measures that method again, only it
     assert counts["resumed"] == 1 and counts["ok"] == 1
     assert {p.name: p.read_text() for p in (tmp_path / "run" / "cases").iterdir() if p != cut} == others
-    assert runner.machine.read_json(str(cut))["status"] == "ok"
+    assert records.read_json(str(cut))["status"] == "ok"
     kept = os.listdir(tmp_path / "run" / "set-aside")
     assert len(kept) == 1 and (tmp_path / "run" / "set-aside" / kept[0]).read_text() == whole[: len(whole) // 2]
     text = r.summary(counts)
@@ -445,7 +446,7 @@ def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_re
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 2
     assert "machine.json: not a JSON record" in capsys.readouterr().err
     runner.Runner(run, min_run_time=0.01, name="vm").run(PLAN, progress=False)
-    assert runner.machine.read_json(str(tmp_path / "run" / "machine.json"))["gemm_peaks"]
+    assert records.read_json(str(tmp_path / "run" / "machine.json"))["gemm_peaks"]
 
 
 def test_a_folder_interrupted_after_calibration_gets_a_one_line_error(tmp_path, fake_peaks, capsys):
@@ -473,7 +474,8 @@ def test_the_run_summary_names_skips_failures_and_noisy_cases():
 
 
 def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
-    from reports import html, noise
+    from reports import html
+    from reports.analyses import noise
 
     base = {"source": "runner", "run": "r", "machine": "m", "commit": "c", "area": "models", "method": "forward",
             "metric": "time", "unit": "s", "status": "ok", "model": "transformer", "device": "cpu"}
@@ -490,8 +492,9 @@ def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
 # -- out of memory: one rule for the runner and asv (item 6) -----------------------------------------
 
 def test_a_cpu_out_of_memory_under_asv_is_recorded_as_out_of_memory(tmp_path, monkeypatch):
-    from benchmarks import bench_multihead, cases
     from test_tidy import write_asv_results
+
+    from benchmarks import bench_multihead, cases
 
     (tmp_path / "asv.conf.json").write_text('{"version": 1, "results_dir": ".asv/results"}')
     monkeypatch.setenv("ASV_CONF_DIR", str(tmp_path))
@@ -534,9 +537,9 @@ def test_a_cpu_out_of_memory_in_the_runner_is_recorded_and_the_run_goes_on(tmp_p
 def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     run = measure(tmp_path / "run")
     oom = {"area": "models", "method": "forward", "status": "oom", "reason": "DefaultCPUAllocator: can't allocate memory",
-           "params": {**PLAN[0][1], "seq_len": 4096}, "commit": runner.commit(), "started_at": None}
-    machine.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
-    limits = analyses.memory_limits(tidy.load([run]))
+           "params": {**PLAN[0][1], "seq_len": 4096}, "commit": records.commit(), "started_at": None}
+    records.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
+    limits = runs.memory_limits(tidy.load([run]))
     assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
     assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
@@ -560,7 +563,8 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
     for text in (out, page):
         assert not re.search(r"\bNaN\b|<NA>|&lt;NA&gt;|\bNone\b|\bNaT\b", text.replace("No ", "")), text
     # the runs' agreement is kept with the compare's report, for docs generated from it (reports.measured)
-    from reports import measured, noise
+    from reports import measured
+    from reports.analyses import noise
 
     saved = measured.load(str(tmp_path / "r" / "report.json"))["agreement"]
     assert saved == noise.agreements(tidy.load([a, b])) and len(saved) == 1
@@ -588,10 +592,10 @@ def test_an_agreement_names_the_rounds_each_run_was_timed_in(tmp_path, fake_peak
 # -- noise: interleaved control, normalised times, busy machine, noisy cases (item 16) --------------------
 
 def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_peaks):
-    from reports import noise
+    from reports.analyses import noise
 
     a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
-    recs = [machine.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
+    recs = [records.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
     timed = [r for r in recs if r["status"] == "ok" and "time_median_s" in r]
     assert timed and all(r["control_flops_per_s"] > 0 and r["load_average"] is not None for r in timed)
     t = tidy.load([a, b])
@@ -610,11 +614,11 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     flips are gone, which a median over neighbouring controls (75 in round 1) would have smeared, and so
     would a control for the record as a whole. The raw time is the median of the rounds; the best round is
     the faster one."""
-    from benchmarks.measure import combined
-    from reports import noise
+    from benchmarks.core.measure import combined
+    from reports.analyses import noise
 
     (tmp_path / "cases").mkdir()
-    machine.write_json_atomic(str(tmp_path / "machine.json"), {
+    records.write_json_atomic(str(tmp_path / "machine.json"), {
         "machine": {**machine.metadata(), "hostname": "vm"}, "gemm_peaks": {}, "commit": "a" * 40, "name": "vm"})
     at = lambda s: f"2026-12-04T08:{s // 60:02d}:{s % 60:02d}+00:00"  # noqa: E731
     one = lambda start, t, control: {"started_at": at(start), "median_s": t, "q25_s": t, "q75_s": t, "blocks": 1,  # noqa: E731
@@ -623,7 +627,7 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
         fast = i % 2 == 0
         rounds = [one(i, 1.0 if fast else 2.0, 100e9 if fast else 50e9), one(100 + i, 2.0, 50e9)]
         params = {"heads": i + 1, "strategy": "sdpa", "out_proj": True, "device": "cpu"}
-        machine.write_json_atomic(str(tmp_path / "cases" / (runner.case_key("multihead", "forward", params) + ".json")), {
+        records.write_json_atomic(str(tmp_path / "cases" / (records.case_key("multihead", "forward", params) + ".json")), {
             "area": "multihead", "method": "forward", "params": params, "status": "ok", "reason": None,
             "commit": "a" * 40, "started_at": at(i), "threads": 2, **combined(rounds)})
     t = tidy.load([str(tmp_path)]).sort_values("heads")

@@ -5,8 +5,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer import STRATEGIES, MultiHeadAttention, RNNAttention, RNNAttentionConfig, Transformer, TransformerConfig
-from transformer import flops
+from transformer import (
+    STRATEGIES,
+    MultiHeadAttention,
+    RNNAttention,
+    RNNAttentionConfig,
+    Transformer,
+    TransformerConfig,
+    flops,
+)
 from transformer import scaled_dot_product_attention as attn
 
 SETTINGS = settings(max_examples=25, deadline=None)

@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DEVICES
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.gemm_floor import Gemm, record, replay
-from conftest import DEVICES
+from benchmarks.core.gemm_floor import Gemm, record, replay
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops
 
 

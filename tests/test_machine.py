@@ -9,12 +9,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks import machine, telemetry
+from benchmarks import cases
+from benchmarks.core import machine, telemetry
 
 
 @given(st.integers(1, 512))
 def test_thread_counts_go_from_one_to_all_cores_in_powers_of_two(n):
-    counts = machine.thread_counts(n)
+    counts = cases.thread_counts(n)
     assert counts[0] == 1 and counts[-1] == n and counts == sorted(set(counts))
     assert all(c & (c - 1) == 0 for c in counts[:-1])  # powers of two below all cores
     assert len(counts) == n.bit_length() + (n & (n - 1) != 0)

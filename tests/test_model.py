@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from transformer import PRESETS, STRATEGIES, Transformer, TransformerConfig, parameter_count, sinusoidal_positional_encoding
+from transformer import (
+    PRESETS,
+    STRATEGIES,
+    Transformer,
+    TransformerConfig,
+    parameter_count,
+    sinusoidal_positional_encoding,
+)
 
 F64 = torch.float64
 

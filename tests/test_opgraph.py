@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import cases, measure, opgraph
+from benchmarks import cases
+from benchmarks.core import measure, opgraph
 
 
 @pytest.mark.parametrize("k", [1, 4, 17])

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from benchmarks import cases, opgraph, profile
+from benchmarks import cases, profile
+from benchmarks.core import opgraph, profiler
 
 MODEL_CASES = [("models", {"model": m, "preset": "tiny", "seq_len": 6, "batch": 2, "device": "cpu"}, method)
                for m in ("transformer", "rnn-width", "rnn-params") for method in cases.METHODS["models"]]
@@ -18,8 +19,8 @@ OTHER_CASES = ([("multihead", {"heads": 4, "strategy": s, "out_proj": o, "device
                 for s in ("batched", "looped", "sdpa") for o in (True, False) for method in ("forward", "train_step")]
                + [("attention", {"seq_len": 128, "d_head": 64, "backend": b, "causal": c, "dtype": "float32",
                                  "device": "cpu"}, "forward") for b in ("math", "sdpa") for c in (False, True)]
-               + [("layers", {"layer": l, "seq_len": 32, "d_model": 64, "device": "cpu"}, "forward")
-                  for l in ("self-attention", "recurrent")])
+               + [("layers", {"layer": kind, "seq_len": 32, "d_model": 64, "device": "cpu"}, "forward")
+                  for kind in ("self-attention", "recurrent")])
 
 
 @pytest.mark.parametrize("area, params, method", MODEL_CASES + OTHER_CASES,
@@ -27,10 +28,10 @@ OTHER_CASES = ([("multihead", {"heads": 4, "strategy": s, "out_proj": o, "device
 def test_component_matmul_flops_equal_the_analytic_model_exactly(area, params, method):
     case = cases.build(area, params)
     graph = opgraph.record(case.work(method)[0])
-    counted = graph.flops_by(profile.component)
-    analytic = profile.analytic_by_component(case, method, profile._fused(graph))
+    counted = graph.flops_by(profiler.component)
+    analytic = profiler.analytic_by_component(case, method, profiler._fused(graph))
     assert counted == analytic
-    assert profile.UNLABELLED not in counted and profile.GLUE not in counted  # every matmul has its component
+    assert profiler.UNLABELLED not in counted and profiler.GLUE not in counted  # every matmul has its component
 
 
 MATH_CASE = ["--area", "attention", "--seq-len", "512", "--d-head", "64", "--backend", "math", "--causal", "False",
@@ -46,7 +47,7 @@ def profile_in_a_fresh_process(out) -> dict:
     done = subprocess.run([sys.executable, "-m", "benchmarks.profile", *MATH_CASE, "--out", str(out)], cwd=root,
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    return {**profile.load(str(out))[0], "stderr": done.stderr}
+    return {**profiler.load(str(out))[0], "stderr": done.stderr}
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +58,16 @@ def math_profile(tmp_path_factory):
 
 def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one(math_profile, tmp_path):
     r, _ = math_profile
-    assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profile.SUM_TOLERANCE)
+    assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profiler.SUM_TOLERANCE)
     assert r["overhead"] == pytest.approx(r["profiled_s"] / r["unprofiled_s"] - 1)
-    assert r["sum_within_tolerance"] == (abs(r["sum_over_unprofiled"] - 1) <= profile.SUM_TOLERANCE)
+    assert r["sum_within_tolerance"] == (abs(r["sum_over_unprofiled"] - 1) <= profiler.SUM_TOLERANCE)
     # The parts add up to the unprofiled call. On a shared machine one profile's fastest calls can still
     # be disturbed (0.75 was seen once after other tests), so up to three profiles are taken: a systematic
     # error (time lost or counted twice by the grouping, an overhead not accounted for) misses in all three.
     ratios = [r["sum_over_unprofiled"]]
-    while abs(ratios[-1] - 1) > profile.SUM_TOLERANCE and len(ratios) < 3:
+    while abs(ratios[-1] - 1) > profiler.SUM_TOLERANCE and len(ratios) < 3:
         ratios.append(profile_in_a_fresh_process(tmp_path / str(len(ratios)))["sum_over_unprofiled"])
-    assert abs(ratios[-1] - 1) <= profile.SUM_TOLERANCE, ratios
+    assert abs(ratios[-1] - 1) <= profiler.SUM_TOLERANCE, ratios
     shares = {c["component"]: c["share"] for c in r["components"]}
     assert sum(shares.values()) == pytest.approx(1.0)
     assert {"scores Q·Kᵀ", "softmax", "weights·V"} <= set(shares)
@@ -85,8 +86,8 @@ def test_the_trace_is_gzipped_chrome_json_with_the_models_labels(math_profile):
     with gzip.open(os.path.join(folder, r["trace"])) as f:
         names = {e.get("name") for e in json.load(f)["traceEvents"]}
     assert {"attention.scores", "attention.softmax", "attention.weights_v"} <= names
-    assert os.path.getsize(os.path.join(folder, r["memory_figure"])) > 1000
-    assert profile.load(str(out))[0]["sequential_depth"] == r["sequential_depth"]
+    assert r["memory_timeline"] and r["memory_figure"] == "memory.png"  # the report draws it (test_report_browser)
+    assert profiler.load(str(out))[0]["sequential_depth"] == r["sequential_depth"]
 
 
 def test_memory_at_the_peak_is_held_by_the_score_matrices(math_profile):

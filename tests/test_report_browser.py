@@ -1,17 +1,24 @@
 """The report in a real browser: headless Chromium loads it from disk, with no console errors, every image
-loaded and every section present; a screenshot is kept in artifacts/ (ATTENTION_BENCH_ARTIFACTS).
+loaded and every section present, the answers table on the first screen and the plots at least 800 px wide;
+screenshots (the first screen, the whole page) are kept in artifacts/ (ATTENTION_BENCH_ARTIFACTS).
+
+By default the report is built from a short sweep of the quick grid; ATTENTION_BENCH_REPORT=<index.html>
+checks (and photographs) a report already built instead, such as the main job's: README's screenshot,
+docs/report.png, is this test's first-screen shot of it.
 
 .ci/run installs Debian's chromium and sets ATTENTION_BENCH_REQUIRE_BROWSER=1, so there a missing browser
 fails instead of skipping."""
 
+import json
 import os
 import re
 import shutil
 
 import pytest
 
-from benchmarks import machine, profile, runner
-from reports import analyses, html, tidy
+from benchmarks.core import machine, profiler, runner
+from reports import html, tidy
+from reports.claims import CLAIMS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
@@ -21,13 +28,15 @@ ARTIFACTS = os.environ.get("ATTENTION_BENCH_ARTIFACTS", os.path.join(os.path.dir
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """A report from a real (short) runner sweep of the quick grid's CPU cases."""
+    """A report from a real (short) runner sweep of the quick grid's CPU cases (or ATTENTION_BENCH_REPORT)."""
+    if os.environ.get("ATTENTION_BENCH_REPORT"):
+        return os.environ["ATTENTION_BENCH_REPORT"]
     tmp = tmp_path_factory.mktemp("report")
     mp = pytest.MonkeyPatch()
     mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
     try:
         runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
-        profile.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
+        profiler.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
     finally:
         mp.undo()
     run = str(tmp / "run")
@@ -35,8 +44,9 @@ def report(tmp_path_factory):
 
 
 def section_keys(report):
-    table = tidy.load([os.path.join(os.path.dirname(report), "..", "run")])
-    return ["claims", "summary"] + [a.key for a in analyses.run_all(table)] + ["grid", "noise", "runs", "machine", "history"]
+    with open(os.path.join(os.path.dirname(report), html.REPORT_RECORD)) as f:
+        analysed = [a["key"] for a in json.load(f)["analyses"]]
+    return ["answers", "claims"] + analysed + ["grid", "noise", "runs", "machine", "history"]
 
 
 def test_report_folder_is_self_contained(report):
@@ -52,6 +62,8 @@ def test_report_folder_is_self_contained(report):
     # every relative link (traces, memory figures, results.csv) points at a file inside the report folder
     links = re.findall(r'href="([^"#:]+)"', page)
     assert any(link.endswith("trace.json.gz") for link in links)
+    drawn = [link for link in links if link.endswith("memory.png")]  # drawn by the report from each profile
+    assert drawn and all(os.path.getsize(os.path.join(folder, link)) > 1000 for link in drawn)
     missing = [link for link in links if not os.path.exists(os.path.join(folder, link))
                and not link.startswith("..")]  # asv's site lives next to the report, not in it
     assert not missing, missing
@@ -76,9 +88,20 @@ def test_report_loads_in_headless_chromium(report):
         images = page.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && "
                                "i.naturalWidth > 0])")
         sections = page.evaluate("Array.from(document.querySelectorAll('section')).map(s => s.id)")
+        answers = page.evaluate("(() => { const t = document.querySelector('table.answers'); const r = "
+                                "t.getBoundingClientRect(); return [r.top, r.bottom, Array.from(t.rows).slice(1)"
+                                ".map(row => row.cells[0].textContent)]; })()")
+        widths = page.evaluate("Array.from(document.querySelectorAll('figure img')).map(i => [i.getAttribute('src'), "
+                               "Math.min(i.getBoundingClientRect().width, i.naturalWidth)])")
         os.makedirs(ARTIFACTS, exist_ok=True)
+        page.screenshot(path=os.path.join(ARTIFACTS, "report-first-screen.png"))
         page.screenshot(path=os.path.join(ARTIFACTS, "report.png"), full_page=True)
         browser.close()
     assert not errors, errors
     assert images and all(ok for _, ok in images), [src for src, ok in images if not ok]
     assert sections == section_keys(report)
+    top, bottom, claims = answers
+    assert top < 300, f"the answers table starts {top:.0f} px down, below the first screen's top"
+    assert {c.key for c in CLAIMS} <= {k for cell in claims for k in cell.split("/")}  # every claim has a row
+    narrow = [(src, w) for src, w in widths if w < 800]
+    assert widths and not narrow, narrow  # plots readable: shown at 800 px or more

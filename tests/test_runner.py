@@ -6,7 +6,10 @@ import os
 import pytest
 import torch
 
-from benchmarks import cases, machine, measure, runner
+from benchmarks import cases
+from benchmarks.core import machine, measure, runner
+from benchmarks.core import records
+from benchmarks.core.records import case_key
 from transformer import flops
 
 PLAN = [
@@ -26,14 +29,14 @@ def fake_peaks(monkeypatch):
         machine.peak_key("cpu", "float32", t): PEAK for t in (None, *threads)})
 
 
-def records(out):
+def written(out):
     folder = os.path.join(out, "cases")
     return {f: json.load(open(os.path.join(folder, f))) for f in sorted(os.listdir(folder))}
 
 
 def test_records_every_method_with_consistent_metrics(tmp_path):
     counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN, progress=False)
-    recs = records(tmp_path)
+    recs = written(tmp_path)
     assert len(recs) == 2 + 3 + 1 + 1  # multihead: forward, train_step; models: + generate
     assert counts["ok"] == 6 + (1 if torch.cuda.is_available() else 0)
     assert not [f for f in os.listdir(tmp_path / "cases") if not f.endswith(".json")]  # no temp files left
@@ -47,13 +50,13 @@ def test_records_every_method_with_consistent_metrics(tmp_path):
         assert r["achieved_flops_per_s"] == pytest.approx(r["matmul_flops"] / r["time_median_s"])
         assert r["fraction_of_peak"] == pytest.approx(r["achieved_flops_per_s"] / PEAK)
         assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["time_median_s"])
-    train = recs[runner.case_key("multihead", "train_step", PLAN[0][1]) + ".json"]
-    forward = recs[runner.case_key("multihead", "forward", PLAN[0][1]) + ".json"]
+    train = recs[case_key("multihead", "train_step", PLAN[0][1]) + ".json"]
+    forward = recs[case_key("multihead", "forward", PLAN[0][1]) + ".json"]
     shape = cases.MULTIHEAD_SHAPE
     expected = flops.multi_head_attention(shape["batch"], shape["seq_len"], shape["d_model"], 8, strategy="batched")
     assert (forward["matmul_flops"], train["matmul_flops"]) == (expected.forward.matmul_total,
                                                                  expected.train.matmul_total)
-    assert recs[runner.case_key("threads", "forward", PLAN[2][1]) + ".json"]["threads"] == 1
+    assert recs[case_key("threads", "forward", PLAN[2][1]) + ".json"]["threads"] == 1
     meta = json.load(open(tmp_path / "machine.json"))
     assert meta["machine"]["cpu_count"] == os.cpu_count() and meta["gemm_peaks"]["cpu/float32/1"] == PEAK
 
@@ -70,10 +73,10 @@ def test_resume_skips_recorded_cases_and_finishes_an_interrupted_run(tmp_path, m
     monkeypatch.setattr(measure, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
-    assert len(records(tmp_path)) == 2  # the first case survived whole
+    assert len(written(tmp_path)) == 2  # the first case survived whole
     monkeypatch.setattr(measure, "measure", real)
     counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
-    assert counts["resumed"] == 1 and counts["ok"] == 3 and len(records(tmp_path)) == 5
+    assert counts["resumed"] == 1 and counts["ok"] == 3 and len(written(tmp_path)) == 5
     again = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:2], progress=False)
     assert again["resumed"] == 2 and again["ok"] == 0
     monkeypatch.setattr(runner, "commit", lambda: "f" * 40)  # the code changed: measure again
@@ -94,10 +97,10 @@ def test_out_of_memory_and_errors_are_recorded_and_the_sweep_goes_on(tmp_path, m
     monkeypatch.setattr(cases, "build", build)
     counts = runner.Runner(str(tmp_path), min_run_time=0.01).run(PLAN[:3], progress=False)
     assert counts["oom"] == 2 and counts["failed"] == 3 and counts["ok"] == 1
-    recs = records(tmp_path)
-    oom = recs[runner.case_key("multihead", "forward", PLAN[0][1]) + ".json"]
+    recs = written(tmp_path)
+    oom = recs[case_key("multihead", "forward", PLAN[0][1]) + ".json"]
     assert oom["status"] == "oom" and "80.00 GiB" in oom["reason"]
-    failed = recs[runner.case_key("models", "generate", PLAN[1][1]) + ".json"]
+    failed = recs[case_key("models", "generate", PLAN[1][1]) + ".json"]
     assert failed["status"] == "failed" and "ZeroDivisionError: broken model" in failed["reason"]
 
 
@@ -111,7 +114,7 @@ def test_rounds_are_interleaved_over_the_run_and_combined_in_each_record(tmp_pat
     r = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3)
     counts = r.run(plan, progress=False)
     assert sorted(built) == once  # each case built once for all its rounds, as in a run of one round
-    recs = records(tmp_path)
+    recs = written(tmp_path)
     timed = {k: v for k, v in recs.items() if v["status"] == "ok"}
     assert counts["ok"] == len(timed) == 3 + (1 if torch.cuda.is_available() else 0)
     assert len(r.records) == len(recs)  # one final record per method, not one per round
@@ -143,19 +146,19 @@ def test_an_interrupted_run_in_rounds_resumes_at_the_round_it_stopped(tmp_path, 
     monkeypatch.setattr(measure, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)
-    before = records(tmp_path)
+    before = written(tmp_path)
     assert sorted(len(r["rounds"]) for r in before.values()) == [1, 1, 2]  # whole records, rounds so far
     monkeypatch.setattr(measure, "measure", real)
     counts = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)
     assert counts["ok"] == 3 and counts["resumed"] == 0
-    after = records(tmp_path)
+    after = written(tmp_path)
     for key, rec in after.items():  # the rounds measured before the interruption are kept, not measured again
         assert len(rec["rounds"]) == 3 and rec["rounds"][:len(before[key]["rounds"])] == before[key]["rounds"]
         assert rec["started_at"] == before[key]["started_at"]
     assert runner.Runner(str(tmp_path), min_run_time=0.03, rounds=3).run(plan, progress=False)["resumed"] == 2
     # a run with another number of rounds measures every case again, from its first round
     counts = runner.Runner(str(tmp_path), min_run_time=0.03, rounds=2).run(plan, progress=False)
-    assert counts["resumed"] == 0 and all(len(r["rounds"]) == 2 for r in records(tmp_path).values())
+    assert counts["resumed"] == 0 and all(len(r["rounds"]) == 2 for r in written(tmp_path).values())
 
 
 def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
@@ -175,10 +178,10 @@ def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
     path = str(tmp_path / "r.json")
-    machine.write_json_atomic(path, {"a": 1})
+    records.write_json_atomic(path, {"a": 1})
     monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
-        machine.write_json_atomic(path, {"a": 2})
+        records.write_json_atomic(path, {"a": 2})
     assert json.load(open(path)) == {"a": 1} and os.listdir(tmp_path) == ["r.json"]
 
 

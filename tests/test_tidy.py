@@ -7,7 +7,8 @@ import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
 
-from benchmarks import cases, machine, runner
+from benchmarks import cases
+from benchmarks.core import machine, records, runner
 from reports import tidy
 
 PLAN = [("multihead", {"heads": 8, "strategy": "looped", "out_proj": True, "device": "cpu"}),
@@ -32,7 +33,7 @@ def test_runner_rows_one_per_case_method_and_metric(runner_folder):
     time = mh[mh.metric == "time"].iloc[0]
     assert time.q25 <= time.value <= time.q75 and time.iqr == pytest.approx(time.q75 - time.q25)
     assert time.samples >= 1 and time.samples == json.load(open(os.path.join(
-        runner_folder, "cases", runner.case_key("multihead", "forward", PLAN[0][1]) + ".json")))["blocks"]
+        runner_folder, "cases", records.case_key("multihead", "forward", PLAN[0][1]) + ".json")))["blocks"]
     assert time.heads == 8 and time.strategy == "looped" and time.unit == "s"
     peaks = t[t.metric == "gemm_peak_flops_per_s"]
     assert set(peaks.threads) == {1, machine.metadata()["torch_threads"]} and (peaks.value == 2e11).all()
@@ -43,7 +44,7 @@ def test_failed_cases_are_rows_with_their_status(runner_folder):
     rec = {"area": "attention", "method": "forward", "status": "oom", "reason": "out of memory",
            "params": {"seq_len": 8192, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
                       "device": "cuda"}}
-    machine.write_json_atomic(os.path.join(runner_folder, "cases", "x.json"), rec)
+    records.write_json_atomic(os.path.join(runner_folder, "cases", "x.json"), rec)
     row = tidy.load([runner_folder]).query("status == 'oom'").iloc[0]
     assert row.seq_len == 8192 and row.reason == "out of memory" and row.value != row.value  # NaN
 
@@ -91,7 +92,7 @@ def test_asv_metadata_sidecar_supplies_the_machine_facts(tmp_path):
     root = str(tmp_path / ".asv" / "results")
     write_asv_results(root)
     meta = {**machine.metadata(), "hostname": "box", "gpu_name": "NVIDIA H200"}
-    machine.write_json_atomic(str(tmp_path / ".asv" / "metadata" / "virtualenv-py3.11-torch2.13.0-box.json"),
+    records.write_json_atomic(str(tmp_path / ".asv" / "metadata" / "virtualenv-py3.11-torch2.13.0-box.json"),
                               {"machine": meta, "gemm_peaks": {}})
     assert set(tidy.load([root]).gpu_name) == {"NVIDIA H200"}
 

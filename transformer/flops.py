@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils import flop_counter as fc
 from torch.utils.flop_counter import FlopCounterMode
 
 from ._validation import check_choice, check_heads, check_positive, check_positives
@@ -435,7 +436,7 @@ class Counted:
 def count(fn: Callable, *args, backward: bool = False, **kwargs) -> Counted:
     """Run ``fn(*args, **kwargs)`` (a module or any callable) under FlopCounterMode; with ``backward``
     also backpropagate the sum of its first floating output and count that separately."""
-    _register_cpu_sdpa_formulas()
+    register_cpu_sdpa_formulas()
     with FlopCounterMode(display=False) as fwd:
         out = fn(*args, **kwargs)
     bwd = None
@@ -459,13 +460,11 @@ def _by_op(mode: FlopCounterMode) -> dict[str, int]:
 _REGISTERED = False
 
 
-def _register_cpu_sdpa_formulas() -> None:
+def register_cpu_sdpa_formulas() -> None:
     """Teach the counter the CPU fused attention kernel, with the same formulas as the GPU kernels."""
     global _REGISTERED
     if _REGISTERED:
         return
-    from torch.utils import flop_counter as fc
-
     aten = torch.ops.aten
     for op, formula in (
         (aten._scaled_dot_product_flash_attention_for_cpu, fc.sdpa_flop_count),

@@ -16,8 +16,15 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from ._validation import (check_bool, check_choice, check_heads, check_positive, check_positive_float, check_probability,
-                          check_tokens)
+from ._validation import (
+    check_bool,
+    check_choice,
+    check_heads,
+    check_positive,
+    check_positive_float,
+    check_probability,
+    check_tokens,
+)
 from .decoding import greedy_decode
 from .layers import ACTIVATIONS, Decoder, DecoderLayer, Embeddings, Encoder, EncoderLayer, PositionalEncoding
 from .multihead import STRATEGIES

@@ -21,6 +21,9 @@ units), W_2 by rows, one all-reduce; LayerNorms and biases that act on the full 
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -97,6 +100,21 @@ def _reduce_from_ranks(x, group):
 def _gather_from_ranks(x, group):
     with record_function("parallel.all_gather"):
         return _GatherFromRanks.apply(x, group)
+
+
+@contextlib.contextmanager
+def local_only():
+    """The head-parallel modules without their collectives: each rank's share of the compute alone (the
+    all-reduce becomes the identity, the all-gather repeats the local slice to the full width)."""
+    global _copy_to_ranks, _reduce_from_ranks, _gather_from_ranks
+    saved = _copy_to_ranks, _reduce_from_ranks, _gather_from_ranks
+    _reduce_from_ranks = lambda x, group: x  # noqa: E731
+    _gather_from_ranks = lambda x, group: x.repeat(*([1] * (x.dim() - 1)), dist.get_world_size(group))  # noqa: E731
+    _copy_to_ranks = lambda x, group: x  # noqa: E731
+    try:
+        yield
+    finally:
+        _copy_to_ranks, _reduce_from_ranks, _gather_from_ranks = saved
 
 
 def _world(group) -> tuple[int, int]:
@@ -245,8 +263,6 @@ class HeadParallelEncoderLayer(nn.Module):
 
     @classmethod
     def from_single(cls, layer: EncoderLayer, combine: str = "allreduce", group=None) -> HeadParallelEncoderLayer:
-        import copy
-
         return cls(copy.deepcopy(layer), combine, group)
 
     def forward(self, x, key_padding_mask=None):
@@ -258,4 +274,4 @@ class HeadParallelEncoderLayer(nn.Module):
 
 
 __all__ = ["COMBINES", "HeadParallelMultiHeadAttention", "HeadParallelFeedForward", "HeadParallelEncoderLayer",
-           "check_split"]
+           "check_split", "local_only"]

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tbench
 
+from ..cases import Prepared, Skip, using_threads
 from . import opgraph, telemetry
-from .cases import Prepared, Skip
-from .machine import gemm_flops_per_s, using_threads
+from .machine import gemm_flops_per_s
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's
@@ -159,9 +159,3 @@ def graph_metrics(case: Prepared) -> dict:
     graph = opgraph.record(fn)
     return {"sequential_depth": graph.depth, "op_launches": graph.launches, "tokens": tokens,
             "matmul_flops": work.matmul_total, "counted_matmul_flops": graph.matmul_flops}
-
-
-def is_oom(error: BaseException) -> bool:
-    """Out of memory on any device: torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
-    return isinstance(error, torch.OutOfMemoryError) or (
-        isinstance(error, RuntimeError) and ("out of memory" in str(error) or "can't allocate memory" in str(error)))

@@ -25,6 +25,8 @@ from functools import partial
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from .profiler import quiet_kineto
+
 #: operator name -> index of (A, B) in its inputs: C = A @ B (after a bias or accumulator input)
 PRODUCTS = {"aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1}
 #: fused attention kernels: inputs q, k, v first; ``is_causal`` at this input position
@@ -52,8 +54,6 @@ class Gemm:
 
 def record(fn: Callable[[], object]) -> list[Gemm]:
     """The matrix products of one call of ``fn``, in execution order."""
-    from .profile import quiet_kineto
-
     quiet_kineto("cpu")  # CPU events only
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from benchmarks.profile import SUM_TOLERANCE
+from benchmarks.core.profiler import SUM_TOLERANCE
 
-from .analyses import Analysis
+from .base import Analysis
 
 CASE_COLUMNS = ["case", "area", "method", "device", "threads", "unprofiled_s", "profiled_s", "overhead",
                 "components_total_s", "sum_over_unprofiled", "sum_within_tolerance", "flops_match_analytic",
@@ -63,10 +63,15 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
         labels = cases[cases.area == area].label
         part = shares.loc[shares.index.isin(labels)]
         a.tables[f"shares_{area}"] = part.loc[:, (part > 0).any()]
+        a.plot(f"shares_{area}", kind="shares", title=f"Time share per component: {area}",
+               xlabel="share of the profiled call's time")
     checks = cases.set_index("label")[["unprofiled_s", "profiled_s", "overhead", "sum_over_unprofiled",
                                        "flops_match_analytic", "sequential_depth", "op_launches", "peak_bytes"]]
     a.tables["checks"] = checks
     a.tables["links"] = cases.set_index("label")[["folder", "trace", "memory_figure"]]
+    a.units = {name: "share of the profiled call's time" for name in a.tables}
+    a.units.update(checks="seconds; overhead = profiled/unprofiled − 1; peak in bytes",
+                   links="files under the report folder")
     within = int(cases.sum_within_tolerance.sum())
     match = int(cases.flops_match_analytic.sum())
     a.numbers.update(profiles=len(cases), sum_within_tolerance=within, flops_match=match,
@@ -85,6 +90,8 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
         if r.area == "models":
             sentences.append(f"{r.label}: {top}; matmul components {r.matmul_share:.0%}.")
     a.verdict = " ".join(sentences)
+    a.answer = (f"{len(cases)} cases profiled: component FLOPs equal the model in {match}, components sum to within "
+                f"{SUM_TOLERANCE:.0%} of the call in {within}; median profiler overhead {cases.overhead.median():+.0%}.")
     a.conditions = (f"{'/'.join(sorted(cases.device.unique()))}, "
                     f"{'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads; "
                     f"each bar names its case")

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import tidy
-from .analyses import case_columns, run_key
+from benchmarks.core.measure import MIN_SAMPLES
+from benchmarks.core.runner import NOISY
+
+from .. import tidy
+from .base import case_columns
+from .runs import run_key
 
 #: the estimates of a case's time whose agreement is told: the median (raw), normalised by the control, and
 #: with several rounds (``--rounds``) the best round's median
@@ -37,8 +41,6 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
 
 def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case whose IQR over median passes the runner's NOISY threshold, noisiest first."""
-    from benchmarks.runner import NOISY
-
     rows = _relative_iqr(t)
     rows = rows[rows.relative_iqr > NOISY].sort_values("relative_iqr", ascending=False)
     return case_columns(rows, "value", "relative_iqr").rename(columns={"value": "median s"})
@@ -47,8 +49,6 @@ def noisy_cases(t: pd.DataFrame) -> pd.DataFrame:
 def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case whose quartiles are over fewer than MIN_SAMPLES values (one block of a slow call, or
     two rounds): an IQR of 0 there means no spread was measured, not a steady time. Slowest first."""
-    from benchmarks.measure import MIN_SAMPLES
-
     rows = t[(t.metric == "time") & (t.status == "ok") & (t.samples < MIN_SAMPLES).fillna(False)]
     return case_columns(rows.sort_values("value", ascending=False), "value", "samples").rename(
         columns={"value": "median s"})

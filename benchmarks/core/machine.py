@@ -8,19 +8,19 @@ FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
 import platform
 import re
 import socket
 import sys
-import tempfile
 import time
 
 import torch
 import torch.utils.benchmark as tbench
+
+from ..cases import using_threads
+from .records import write_json_atomic
 
 #: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
 GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
@@ -82,25 +82,6 @@ def metadata() -> dict:
     }
 
 
-def thread_counts(all_cores: int | None = None) -> list[int]:
-    """1, 2, 4, ... up to all cores, and all cores itself (strong scaling)."""
-    n = all_cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
-    counts = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return counts if counts[-1] == n else counts + [n]
-
-
-@contextlib.contextmanager
-def using_threads(threads: int | None):
-    """Run the block on ``threads`` CPU threads (None: leave torch's setting), then restore it."""
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
     """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
     dev = torch.device(device)
@@ -133,48 +114,6 @@ def calibrate(threads: list[int] | tuple[int, ...] = ()) -> dict[str, float]:
     if torch.cuda.is_available():
         peaks.update({peak_key("cuda", d, None): gemm_peak("cuda", d) for d in GEMM_DTYPES["cuda"]})
     return peaks
-
-
-def write_json_atomic(path: str, data) -> None:
-    """Write JSON so that a reader sees either the old file or the whole new one, never half."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-class UnreadableRecord(ValueError):
-    """A result file that is not the JSON object it should be (cut short, overwritten, empty)."""
-
-
-def read_json(path: str) -> dict:
-    """A record written by ``write_json_atomic``; UnreadableRecord naming the file if it is not one."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise UnreadableRecord(f"{path}: not a JSON record ({type(error).__name__}: {error})") from None
-    if not isinstance(data, dict):
-        raise UnreadableRecord(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
-    return data
-
-
-def set_aside(path: str, folder: str) -> str:
-    """Move an unreadable record into ``folder`` (created if missing), keeping it for inspection under a
-    name that never overwrites an earlier one; returns its new path."""
-    os.makedirs(folder, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    dest = os.path.join(folder, f"{os.path.basename(path)}.{stamp}")
-    n = 1
-    while os.path.exists(dest):
-        dest, n = os.path.join(folder, f"{os.path.basename(path)}.{stamp}.{n}"), n + 1
-    os.replace(path, dest)
-    return dest
 
 
 def record_asv_oom(benchmark_class: str, params: tuple, reason: str) -> str | None:

@@ -28,6 +28,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+# a module, its names read when called: asv runs this suite against older commits of transformer
+from transformer import flops
 
 #: operators that move no data and compute nothing, beyond the aliasing views (func.is_view)
 #: (``_unsafe_view`` is a view whose schema does not say so)
@@ -77,11 +81,7 @@ class OpGraph:
 
 
 def _flop_formula(func) -> Callable | None:
-    from torch.utils.flop_counter import flop_registry
-
-    from transformer.flops import _register_cpu_sdpa_formulas
-
-    _register_cpu_sdpa_formulas()
+    flops.register_cpu_sdpa_formulas()
     return flop_registry.get(func._overloadpacket)
 
 

@@ -15,6 +15,8 @@ import math
 import os
 import tempfile
 
+import torch
+
 
 def seconds(text: str) -> float:
     """argparse ``type=``: a finite number > 0."""
@@ -84,8 +86,6 @@ def writable_file(path: str, what: str) -> str:
 def check_devices(devices) -> None:
     """Each device asked for by name is on this machine: asking for CUDA without one is an error before
     anything runs (a grid of skipped cases would look like a run that measured nothing)."""
-    import torch
-
     if devices and "cuda" in devices and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False); "
                          "allowed here: cpu")

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .analyses import Analysis, _ok, not_measured
+from .base import Analysis, not_measured, ok_rows
 
 CASE = ["layer", "combine", "heads", "seq_len", "d_model", "batch", "backend", "device"]
 
 
 def analyse_parallel(t: pd.DataFrame) -> Analysis:
     a = Analysis("c3_parallel", "Heads split over ranks: strong and weak scaling, communication", "C3", "")
-    times = _ok(t, "parallel", "time")
+    times = ok_rows(t, "parallel", "time")
     if times.empty:
         return a.without("no parallel results", not_measured(t, "parallel", "head-parallel") + (
             " Measure it with torchrun --nproc_per_node=N -m benchmarks.distributed --out <run>, for N = 1 and more."))
@@ -29,7 +29,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     a.conditions = _conditions(times)
     if len(ranks) < 2 or 1 not in ranks:
         return a.without("a one-rank run and a run on more ranks", (
-            f"Only {ranks} rank(s) measured; scaling needs the same grid at 1 rank and at more "
+            f"Only {[int(r) for r in ranks]} rank(s) measured; scaling needs the same grid at 1 rank and at more "
             f"(torchrun --nproc_per_node=1 and =2 into the same folder)."))
     strong = []
     for key, g in per.groupby(level=CASE):
@@ -44,6 +44,10 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                                "comm_in_layer_share": None if alone is None else (v - alone) / v})
     strong = pd.DataFrame(strong)
     a.tables["strong_scaling"] = strong.set_index(CASE + ["ranks"])
+    curves = {f"{layer} {combine} h {h} n {n}": pd.Series([1.0, *g.speedup], index=[1, *g.ranks])
+              for (layer, combine, h, n), g in strong.sort_values("ranks").groupby(["layer", "combine", "heads", "seq_len"])}
+    a.plot("strong_scaling", table=pd.DataFrame(curves), xlabel="ranks", ylabel="speed-up over one rank (×)",
+           title="Heads split over ranks: strong scaling", ideal="identity", log_x=False, log_y=False, legend_size=6)
     weak = []
     for (layer, combine, n, d, b, backend, device), g in per.groupby(
             level=["layer", "combine", "seq_len", "d_model", "batch", "backend", "device"]):
@@ -99,12 +103,14 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                          f"from processes beating threads, and every collective is pure cost. Ranks on separate "
                          f"machines or GPUs are needed to see the compute shrink.")
     a.verdict = f"{a.conditions}: " + " ".join(sentences)
+    a.answer = (f"On {w} ranks the median case runs {at_w.speedup.median():.2f}× as fast as on one; the "
+                f"collectives alone take {at_w.comm_share.median():.0%} of its time.")
     return a
 
 
 def _per_case(t: pd.DataFrame, metric: str) -> pd.Series:
     """One metric of the parallel area's measured cases, indexed by case and rank count."""
-    return _ok(t, "parallel", metric).set_index(CASE + ["ranks"]).value
+    return ok_rows(t, "parallel", metric).set_index(CASE + ["ranks"]).value
 
 
 def _conditions(rows: pd.DataFrame) -> str:

@@ -1,0 +1,86 @@
+"""One run, as every command line does it: plan the grid, check the folders, measure (spread over
+torchrun's ranks where there are several), summarise. ``python -m benchmarks.runner`` and
+``python -m reports`` measure through ``measure_grid``; the three measuring commands (those two and
+``benchmarks.distributed``) take their common options from ``add_run_options``, defined once here with
+their defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import guards
+from .ranks import Ranks
+from .runner import Runner, plan
+
+#: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
+MIN_RUN_TIME = 0.2
+ROUNDS_HELP = ("time each method in R rounds interleaved over the whole run (default 1), splitting --min-run-time "
+               "between them: the time is their median; the best round is kept too")
+
+
+def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], default_grid: str,
+                    rounds: bool = True) -> None:
+    """The options every measuring command shares: the grid, the run folder, the machine's label, the
+    timing per method, progress (and ``--rounds`` where the command interleaves rounds)."""
+    parser.add_argument("--grid", default=default_grid, choices=list(grids),
+                        help=f"grid to measure (default {default_grid})")
+    parser.add_argument("--out", help="run folder (default results/runs/<machine>-<grid>; resumes if present)")
+    parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
+    parser.add_argument("--min-run-time", type=guards.seconds, default=MIN_RUN_TIME,
+                        help=f"seconds of timing per method (default {MIN_RUN_TIME:g})")
+    if rounds:
+        parser.add_argument("--rounds", type=guards.count, default=1, metavar="R", help=ROUNDS_HELP)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def machine_name(args: argparse.Namespace) -> str:
+    return args.machine or socket.gethostname()
+
+
+def run_folder(args: argparse.Namespace, kind: str | None = None) -> str:
+    """``--out``, or ``results/runs/<machine>-<kind, default the grid>``."""
+    return args.out or os.path.join("results", "runs", f"{machine_name(args)}-{kind or args.grid}")
+
+
+@dataclass
+class GridRun:
+    """A planned run: the cases, the folder, the runner and this process's rank."""
+
+    todo: list[tuple[str, dict]]
+    out: str
+    runner: Runner
+    ranks: Ranks
+
+    @property
+    def share(self) -> list[tuple[str, dict]]:
+        return self.ranks.share(self.todo)
+
+
+def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> GridRun:
+    """Everything checked before anything is measured (ValueError naming the bad value): the grid and its
+    areas and devices, the run folder, the timing options; under torchrun, this rank joins the group."""
+    todo = plan(args.grid, areas, getattr(args, "device", None))
+    out = guards.writable_folder(run_folder(args), "--out")
+    runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
+    return GridRun(todo, out, runner, Ranks())
+
+
+def measure_grid(run: GridRun, progress: bool = True) -> tuple[dict[str, int], dict[str, int]]:
+    """Measure this rank's share of the grid (rank 0 calibrates first, the others read its peaks), print the
+    run summary on stderr and return (this rank's counts, every rank's counts summed). A rank stopped
+    under torchrun ends with one line (``ranks.RankGuard``)."""
+    ranks = run.ranks
+    with ranks.guard(run.out, lambda: run.runner.current):
+        ranks.calibrate_first(run.runner, run.todo)
+        counts = run.runner.run(run.share, progress=progress and ranks.rank == 0)
+        print(("" if ranks.world == 1 else f"rank {ranks.rank} of {ranks.world}: ") + run.runner.summary(counts),
+              file=sys.stderr)
+        total = ranks.total(counts)  # every rank has finished measuring
+    ranks.close()
+    return counts, total

@@ -1,0 +1,21 @@
+"""The report's analyses: pure functions from the tidy table to numbers, tables, figures and a verdict.
+
+``base`` holds the ``Analysis`` and ``Figure`` types and the helpers every analysis shares; ``fits``,
+``spread`` and ``runs`` the curve fits, how sure a ratio is and which rows are one run. One module per
+question the report answers:
+
+    c1_length      Transformer vs RNN-attention over sequence length and model size (C1)
+    c1_generation  parallel teacher forcing vs sequential greedy generation (C1)
+    c1_depth       sequential depth of the executed graph against n (C1)
+    c1_threads     strong scaling over CPU threads (C1)
+    c2_roofline    achieved FLOP/s against the measured GEMM peak (C2)
+    heads          one large attention vs many small heads, and W_O (C3/C4)
+    parallel       heads split over ranks (C3 beyond one device)
+    softmax_scale  why scores are divided by sqrt(d_k) (C5)
+    table1         self-attention vs recurrent layer (Table 1)
+    profiling      where the time goes, component by component
+    hardware       the same cases on several machines
+    noise          spread, unreplicated cases and how far two runs agree
+
+``registry`` lists them in the page's order and runs them on one machine's latest run.
+"""

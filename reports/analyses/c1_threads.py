@@ -1,0 +1,49 @@
+"""C1 on CPU threads: strong scaling, speed-up T(1)/T(p) and parallel efficiency, of fixed workloads."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from benchmarks import cases
+
+from .base import Analysis, ok_rows
+
+
+def analyse_threads(t: pd.DataFrame) -> Analysis:
+    """C1: strong scaling on CPU threads: speed-up T(1)/T(p) and parallel efficiency speed-up/p."""
+    rows = ok_rows(t, "threads", "time")
+    a = Analysis("c1_threads", "Strong scaling over CPU threads", "C1", "")
+    if rows.empty or rows.threads.nunique() < 2:
+        return a.without("fewer than two thread counts",
+                         "Thread scaling needs at least two thread counts: run the threads area on a multi-core CPU.")
+    times = rows.groupby(["workload", "threads"]).value.median().unstack("workload")
+    one = times.loc[times.index.min()]
+    speedup = one / times
+    efficiency = speedup.div(speedup.index.to_series(), axis=0)
+    a.tables.update(time=times, speedup=speedup, efficiency=efficiency)
+    a.plot("speedup", xlabel="CPU threads", ylabel="speed-up over 1 thread (×)", title="Strong scaling: speedup",
+           ideal="identity")
+    a.plot("efficiency", xlabel="CPU threads", ylabel="parallel efficiency", title="Strong scaling: efficiency",
+           ideal="one")
+    p = int(times.index.max())
+    for w in times:
+        a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
+        a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
+    best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
+    a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
+                 + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
+                 + f". {best} scales best, {worst} worst.")
+    a.conditions = "workloads as named in the verdict, float32, CPU"
+    a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(f"{w} {speedup.loc[p, w]:.2f}×" for w in times) + ".")
+    return a
+
+
+def _workloads(names) -> str:
+    """What each thread-scaling workload is (a fixed case of another area)."""
+    parts = []
+    for w in names:
+        area, p = cases.THREAD_WORKLOADS.get(w, (None, {}))
+        shown = {k: v for k, v in p.items() if k not in ("device", "dtype", "causal", "out_proj")}
+        parts.append(f"{w} ({', '.join(f'{k} {v}' for k, v in shown.items())})")
+    return "Workloads, float32 on the CPU: " + "; ".join(parts)
+

@@ -1,0 +1,45 @@
+"""The report's analyses, in the order the page shows them, and running them on one machine's latest run."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .base import Analysis
+from .c1_depth import analyse_depth
+from .c1_generation import analyse_generation
+from .c1_length import analyse_sequence_length
+from .c1_threads import analyse_threads
+from .c2_roofline import analyse_roofline
+from .hardware import analyse_hardware
+from .heads import analyse_heads
+from .parallel import analyse_parallel
+from .profiling import analyse_profiles
+from .runs import latest
+from .softmax_scale import analyse_softmax_scaling
+from .table1 import analyse_table1
+
+
+def _profiles_only(t: pd.DataFrame, profiles: pd.DataFrame) -> Analysis:
+    return analyse_profiles(profiles)
+
+
+def _computed(t: pd.DataFrame) -> Analysis:
+    return analyse_softmax_scaling()
+
+
+#: every per-machine analysis in the report's order, and whether it also reads the profiles
+ANALYSES = [(analyse_sequence_length, True), (analyse_generation, False), (analyse_depth, False),
+            (analyse_threads, False), (analyse_roofline, False), (analyse_heads, True), (analyse_parallel, False),
+            (_computed, False), (analyse_table1, False), (_profiles_only, True)]
+
+
+def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None) -> list[Analysis]:
+    """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison.
+    ``profiles`` is ``reports.analyses.profiling.table`` of that machine's profile records (empty: none)."""
+    machines = list(dict.fromkeys(t.machine.dropna()))
+    if machine is not None and machine not in machines:
+        raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
+    one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
+    profiles = pd.DataFrame() if profiles is None else profiles
+    out = [f(one, profiles) if with_profiles else f(one) for f, with_profiles in ANALYSES]
+    return out + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]

@@ -1,0 +1,55 @@
+"""Which rows are one run: each machine's analyses read its latest run only, never two runs pooled."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .base import case_columns
+
+
+def run_key(t: pd.DataFrame) -> pd.Series:
+    """Each row's run: the ``run`` column (a runner folder, or an asv commit and environment); tables built
+    without it fall back to (commit, environment)."""
+    if "run" in t and t.run.notna().all():
+        return t.run
+    return t.commit.astype(object).fillna("no commit").astype(str) + " " + t.env.astype(object).fillna("").astype(str)
+
+
+def latest_run(t: pd.DataFrame):
+    """The label of the run measured last (by its latest case), or None for an empty table. A run without
+    a commit is still a run: it is told apart by its folder, never dropped."""
+    if t.empty:
+        return None
+    dates = t.date.groupby(run_key(t), sort=False, dropna=False).max()
+    return dates.index[-1] if dates.isna().all() else dates.idxmax()
+
+
+def latest(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one machine's latest run. asv's results hold every commit, and two runner folders of one
+    machine (say a quick and a default grid) are two runs: an analysis must not pool them."""
+    run = latest_run(t)
+    return t if run is None else t[run_key(t) == run]
+
+
+def one_machine_per_run(t: pd.DataFrame) -> pd.DataFrame:
+    """The table with each run as its own machine: a machine with several runs is relabelled
+    "machine [run]", so that a comparison sets them side by side instead of keeping only the latest."""
+    keys = run_key(t)
+    several = t.groupby("machine").apply(lambda g: keys[g.index].nunique() > 1, include_groups=False)
+    relabel = t.machine.map(several).fillna(False).astype(bool)
+    return t.assign(machine=t.machine.where(~relabel, t.machine + " [" + keys + "]"))
+
+
+def memory_limits(t: pd.DataFrame) -> pd.DataFrame:
+    """Where memory ran out: every out-of-memory case with its parameters, next to the largest sequence
+    length measured on the same machine, area and device (the limit lies between the two)."""
+    timed = t[t.metric == "time"]
+    oom = timed[timed.status == "oom"]
+    if oom.empty:
+        return pd.DataFrame()
+    ok = timed[timed.status == "ok"]
+    largest = ok.groupby(["machine", "area", ok.device.fillna("cpu")]).seq_len.max()
+    fits = [largest.get((m, a, d if isinstance(d, str) else "cpu"), pd.NA)
+            for m, a, d in zip(oom.machine, oom.area, oom.device)]
+    return case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
+
