@@ -68,7 +68,8 @@ class _CaseBenchmark:
 
     def track_achieved_flops_per_s(self, peaks, *params):
         """Matmul FLOPs of one forward call over its median time (torch.utils.benchmark)."""
-        return self.case.flops.forward.matmul_total / measure.blocked_timing(self.case.forward, self.min_run_time).median
+        timing = measure.blocked_timing(self.case.forward, self.min_run_time)
+        return self.case.flops.forward.matmul_total / timing.median
 
     track_achieved_flops_per_s.unit = "FLOP/s"
 

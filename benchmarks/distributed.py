@@ -29,7 +29,8 @@ from .core.runner import Runner
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchrun ... -m benchmarks.distributed", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="torchrun ... -m benchmarks.distributed",
+                                     description=__doc__.split("\n\n")[0])
     pipeline.add_run_options(parser, cases.PARALLEL_GRIDS, default_grid="default", rounds=False)
     parser.add_argument("--backend", help="gloo (CPU, the default without a GPU) or nccl (GPU)")
     args = parser.parse_args(argv)

@@ -108,7 +108,8 @@ def summary(r: dict) -> str:
              f"unprofiled call; matmul FLOPs equal the analytic model per component: {r['flops_match_analytic']}; "
              f"sequential depth {r['sequential_depth']}, {r['op_launches']} launches; peak memory "
              f"{r['peak_bytes'] / 2**20:.1f} MiB",
-             f"{'component':28s} {'time ms':>9s} {'share':>6s} {'calls':>6s} {'launch':>6s} {'GFLOP':>9s} {'GFLOP/s':>8s}"]
+             f"{'component':28s} {'time ms':>9s} {'share':>6s} {'calls':>6s} {'launch':>6s} {'GFLOP':>9s} "
+             f"{'GFLOP/s':>8s}"]
     for c in r["components"]:
         rate = c["achieved_flops_per_s"]
         lines.append(f"{c['component']:28s} {c['time_s'] * 1e3:9.3f} {c['share']:6.1%} {c['calls']:6d} "

@@ -102,7 +102,8 @@ def _print_agreement(found: list[dict]) -> None:
     interleaved control GEMM (``noise.agreements``)."""
     for a in found:
         agree = pd.DataFrame(a["rows"]).set_index("metric")
-        print(f"\n{a['machine']}: {a['second']} against {a['first']}{noise.rounds_told(a)}, |second/first - 1| over the cases both timed "
+        print(f"\n{a['machine']}: {a['second']} against {a['first']}{noise.rounds_told(a)}, |second/first - 1| "
+              "over the cases both timed "
               f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
 
 
@@ -130,6 +131,12 @@ def print_claims(args) -> int:
 
 
 def print_measured(args) -> int:
+    if args.update:
+        for page in args.update:
+            print(f"{page}: {measured.refresh(page)} generated blocks, each from its record")
+        return 0
+    if args.record is None:
+        raise ValueError("give a record (docs/measured/<name>.json) or --update PAGE")
     only = args.only.split(",") if args.only else None
     print(measured.markdown(measured.load(args.record), args.record, only, getattr(args, "for")), end="")
     return 0
@@ -161,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("paths", nargs="+")
     sub.add_parser("claims", help="print the claims the suite tests (docs/CLAIMS.md)")
     m = sub.add_parser("measured", help="a README block generated from a saved record (report.json or a script's)")
-    m.add_argument("record", help="a report's report.json or a script's --record, kept under docs/measured/")
+    m.add_argument("record", nargs="?", help="a report's report.json or a script's --record, kept under docs/measured/")
+    m.add_argument("--update", nargs="+", metavar="PAGE",
+                   help="rewrite every generated block of these pages (README.md, docs/MEASURED.md) from its record")
     m.add_argument("--only", help="comma-separated keys of the report's analyses to quote (default: all); answers: "
                    "its answers table")
     m.add_argument("--for", default=measured.README, metavar="PAGE",

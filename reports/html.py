@@ -32,7 +32,8 @@ REPORT_RECORD = "report.json"
 TABLE_UNITS = {"time": "seconds per call (median)", "wo": "seconds per call (median); W_O cost = with/without",
                "achieved": "matmul FLOP/s", "speedup": "× over one thread", "efficiency": "speed-up / threads",
                "work": "FLOPs per call; score matrix in bytes", "exponents": "fitted power-law exponents",
-               "crossover": "sequence length n (tokens); — where the curves do not cross in n_range", "throughput": "tokens/s",
+               "crossover": "sequence length n (tokens); — where the curves do not cross in n_range",
+               "throughput": "tokens/s",
                "factors": "time ratio = FLOP/s ratio ÷ FLOP ratio (Transformer over width-matched RNN)",
                "components": "seconds per call per component; memory held at the peak in bytes"}
 
@@ -184,7 +185,8 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         commits=sorted(set(runs.commit)), runs_table=_html(runs),
         counts={k: counts.get(k, 0) for k in ("ok", "skipped", "oom", "failed", "unreadable")},
         noisy_table=None if noisy.empty else _html(noisy),
-        noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin), unreplicated_count=len(thin),
+        noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin),
+        unreplicated_count=len(thin),
         min_samples=MIN_SAMPLES,
         memory_table=None if limits.empty else _html(limits),
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
@@ -193,7 +195,8 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
         asv_html=asv_html)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
     write_json_atomic(os.path.join(out, REPORT_RECORD), {
-        "generated": dt.datetime.now().isoformat(timespec="seconds"), "inputs": inputs or sorted(set(table.run.dropna())),
+        "generated": dt.datetime.now().isoformat(timespec="seconds"),
+        "inputs": inputs or sorted(set(table.run.dropna())),
         "counts": {k: int(v) for k, v in counts.items()},
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
                   "rounds": _plain(row.rounds), "analysed": row.analysed} for r, row in runs.iterrows()],

@@ -61,7 +61,8 @@ def markdown(record: dict, name: str, only: list[str] | None = None, doc: str = 
 
 
 def _machine(m: dict) -> str:
-    return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{', ' + m['gpu_name'] if m.get('gpu_name') else ''}"
+    gpu = f", {m['gpu_name']}" if m.get("gpu_name") else ""
+    return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{gpu}"
 
 
 def _rounds(n: int) -> str:
@@ -82,7 +83,8 @@ def _report(record: dict, name: str, only: list[str] | None, link: str) -> list[
     analysed = [r for r in record["runs"] if r["analysed"] == "yes"]
     runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']}"
                      f"{'' if r.get('rounds') is None else ', ' + _rounds(r['rounds'])})" for r in analysed)
-    source = f"From the saved run [`{name}`]({link}): {runs}; {_machine(record['machine'])}; report generated {record['generated']}."
+    source = (f"From the saved run [`{name}`]({link}): {runs}; {_machine(record['machine'])}; report generated "
+              f"{record['generated']}.")
     if only == [ANSWERS]:
         return [source + " Each row is the report's own answer, under the conditions it names:", "",
                 "| claim | question | answer | conditions |", "|---|---|---|---|",
@@ -98,7 +100,8 @@ def _report(record: dict, name: str, only: list[str] | None, link: str) -> list[
                          f"{r['median_gap']:.1%}, worst {r['worst_gap']:.0%}, {r['within_3pct']} within 3%"
                          for m, r in by.items())
         cases = next(iter(by.values()))["cases"]
-        lines.append(f"- **Run-to-run agreement, {a['machine']}.** `{a['second']}` against `{a['first']}`{rounds_told(a)}, "
+        lines.append(f"- **Run-to-run agreement, {a['machine']}.** `{a['second']}` against `{a['first']}`"
+                     f"{rounds_told(a)}, "
                      f"|second/first - 1| over the {cases} cases both timed (≥ {a['min_time_s'] * 1e3:g} ms): {told}.")
     return lines
 
@@ -119,11 +122,13 @@ def _where(record: dict) -> str:
 
 
 def _compare_with_torch(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, {record['generated']}; "
+    lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
+             f"{record['generated']}; "
              f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {_rounds(record['rounds'])}, "
              f"each timing blocks of {record['block_time']:g} s in the order ours, torch, floor, floor, torch, ours; "
              "the floor is our call's matrix products replayed alone; IQR is the interquartile range over rounds):",
-             "", "| comparison | ours | torch | ratio ours/torch | IQR | target | floor (ratio) | ours / floor | floor's GFLOP/s |",
+             "", "| comparison | ours | torch | ratio ours/torch | IQR | target | floor (ratio) | ours / floor "
+             "| floor's GFLOP/s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in record["comparisons"]:
         (lo, hi), (flo, fhi) = c["ratio_quartiles"], c["floor_quartiles"]
@@ -177,6 +182,23 @@ def readme_blocks(readme: str) -> list[tuple[str, list[str] | None, str]]:
     if not found:
         raise ValueError(f"the README has no block between '<!-- measured from <record>: begin' and {END!r}")
     return found
+
+
+def refresh(page: str, root: str = ".") -> int:
+    """Rewrite every generated block of the file ``page`` (a path from ``root``, the repository) from the record
+    it names; returns how many blocks it holds. The page is written only if a block changed."""
+    path = os.path.join(root, page)
+    with open(path) as f:
+        text = f.read()
+    blocks = readme_blocks(text)
+    new = text
+    for name, only, block in blocks:
+        new = new.replace(block, markdown(load(os.path.join(root, name)), name, only, page), 1)
+    if new != text:
+        with open(path + ".tmp", "w") as f:
+            f.write(new)
+        os.replace(path + ".tmp", path)
+    return len(blocks)
 
 
 def load(path: str) -> dict:

@@ -45,8 +45,9 @@ GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
-COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds", "area", "method", "metric", "unit", "value", "q25", "q75", "iqr",
-            "samples", "status", "reason"] + PARAMS + MACHINE_FACTS)
+COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds", "area",
+            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason"]
+           + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)

@@ -9,7 +9,8 @@ slowdown). It then runs, in asv-managed virtualenvs (torch==2.13.0 from the loca
 
 and exits 0 only if both verdicts are right. Needs a clean commit to clone: run it after committing.
 
-    .venv/bin/python scripts/check_regression_detection.py [--keep DIR] [--record docs/measured/<date>-regression-check.json]
+    .venv/bin/python scripts/check_regression_detection.py [--keep DIR] \
+        [--record docs/measured/<date>-regression-check.json]
 
 ``--record`` saves what it found (each flagged row with its ratio, the verdicts, the commit, the machine,
 the time taken) as a JSON record; the README's sentence about this check is generated from it

@@ -90,7 +90,8 @@ def comparisons(batch: int, seq: int, device: str = "cpu") -> list[tuple[str, ob
             flops.multi_head_attention(s["batch"], s["seq_len"], s["d_model"], h, strategy="sdpa").forward.matmul_total)
            for h in cases.axes("multihead", "default")["heads"]]
     stacks = flops.transformer(TransformerConfig.preset("paper-base"), batch, seq, seq).forward.grouped(1).matmul
-    out.append((f"Transformer / nn.Transformer (paper-base, B={batch}, n={seq})", lambda: transformer_case(batch, seq, device),
+    out.append((f"Transformer / nn.Transformer (paper-base, B={batch}, n={seq})",
+                lambda: transformer_case(batch, seq, device),
                 TRANSFORMER_TARGET, stacks["encoder"] + stacks["decoder"]))
     return out
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
 LOW_PRECISION = [torch.float16, torch.bfloat16]
 
 

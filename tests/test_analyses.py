@@ -6,7 +6,18 @@ import pytest
 
 from benchmarks import cases
 from reports import tidy
-from reports.analyses import c1_generation, c1_length, c1_threads, c2_roofline, fits, hardware, heads, registry, runs, table1
+from reports.analyses import (
+    c1_generation,
+    c1_length,
+    c1_threads,
+    c2_roofline,
+    fits,
+    hardware,
+    heads,
+    registry,
+    runs,
+    table1,
+)
 from transformer import flops
 
 
@@ -101,7 +112,8 @@ def test_threads_speedup_and_efficiency():
 
 
 def test_roofline_fraction_of_the_measured_peak():
-    achieved = {(("backend", b), ("seq_len", n)): v for b, (lo, hi) in {"math": (10e9, 20e9), "sdpa": (30e9, 50e9)}.items()
+    ranges = {"math": (10e9, 20e9), "sdpa": (30e9, 50e9)}
+    achieved = {(("backend", b), ("seq_len", n)): v for b, (lo, hi) in ranges.items()
                 for n, v in ((128, lo), (1024, hi))}
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
@@ -118,7 +130,8 @@ def heads_table(flat=True):
     other = {(("heads", h), ("strategy", "batched"), ("out_proj", True)): 1e6 * h for h in hs}
     times = {(("heads", h), ("strategy", s), ("out_proj", wo)): t0 * (1 + 0.01 * h) * (1 if wo else 0.9)
              for h in hs for s, t0 in (("batched", 0.02), ("looped", 0.02)) for wo in (True, False)}
-    return table(rows("multihead", "matmul_flops", mm, device="cpu"), rows("multihead", "other_flops", other, device="cpu"),
+    return table(rows("multihead", "matmul_flops", mm, device="cpu"),
+                 rows("multihead", "other_flops", other, device="cpu"),
                  rows("multihead", "time", times, device="cpu"))
 
 
@@ -128,7 +141,8 @@ def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
     assert a.numbers["time_ratio_h64_over_h1_batched"] == pytest.approx(1.64 / 1.01)
     assert a.tables["work"].score_bytes.loc[64] == 64 * a.tables["work"].score_bytes.loc[1]
     assert "Non-matmul work grows 64.0×" in a.verdict
-    assert a.numbers["corr_log_time_log_score_bytes_batched"] > 0.9 and "Why: the batched strategy's time tracks" in a.verdict
+    assert a.numbers["corr_log_time_log_score_bytes_batched"] > 0.9
+    assert "Why: the batched strategy's time tracks" in a.verdict
     assert "changes least with h is batched" in a.verdict  # 0.02·(1 + 0.01h) for both; ties keep the first
     assert a.numbers["wo_flops_ratio"] == pytest.approx(1.25) and "W_O adds 25% of the matmul FLOPs" in a.verdict
     flat_time = heads_table(flat=True)
@@ -160,7 +174,8 @@ def layer_table():
 
 def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
     a = table1.analyse_table1(layer_table())
-    assert a.numbers["flops_crossover_d128"] == pytest.approx(128) and a.numbers["flops_crossover_d256"] == pytest.approx(256)
+    assert a.numbers["flops_crossover_d128"] == pytest.approx(128)
+    assert a.numbers["flops_crossover_d256"] == pytest.approx(256)
     assert a.numbers["time_crossover_d128"] == pytest.approx(128)
     assert a.numbers["time_exponent_n_recurrent"] == pytest.approx(1.0)
     assert a.numbers["time_exponent_d_recurrent"] == pytest.approx(2.0)
@@ -171,7 +186,8 @@ def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
 
 def test_hardware_ratios_raw_and_per_gemm_peak():
     fast = [dict(r, machine="fast", value=r["value"] / 2) for r in model_times()]
-    peaks = (rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 1e11}, "matmul", "slow", device="cpu", dtype="float32")
+    peaks = (rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 1e11}, "matmul", "slow", device="cpu",
+                  dtype="float32")
              + rows("gemm", "gemm_peak_flops_per_s", {(("threads", 8),): 2e11}, "matmul", "fast", device="cpu",
                     dtype="float32"))
     a = hardware.analyse_hardware(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
@@ -239,7 +255,8 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
 
     data = [r for n in (16, 64) for r in
             case("transformer", "tiny", n, 1e-3 * n, 2e6 * n) + case("rnn-width", "tiny", n, 4e-3 * n, 1e6 * n)
-            + case("transformer", "paper-base", n, 0.5 * n, 4e9 * n) + case("rnn-width", "paper-base", n, 0.25 * n, 1e9 * n)]
+            + case("transformer", "paper-base", n, 0.5 * n, 4e9 * n)
+            + case("rnn-width", "paper-base", n, 0.25 * n, 1e9 * n)]
     a = c1_length.analyse_sequence_length(table(data))
     assert a.numbers["speedup_cpu_tiny_n64"] == pytest.approx(4.0)
     assert a.numbers["flop_ratio_cpu_tiny_n64"] == pytest.approx(2.0)
@@ -325,13 +342,15 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
     def verdict(paper_base_rnn):  # the Transformer wins tiny clearly; paper-base depends on the RNN's spread
         data = [r for n in (16, 64) for r in case("transformer", "tiny", n, 0.9e-3, 1e-3, 1.1e-3)
                 + case("rnn-width", "tiny", n, 3.6e-3, 4e-3, 4.4e-3)
-                + case("transformer", "paper-base", n, 0.95, 1.0, 1.05) + case("rnn-width", "paper-base", n, *paper_base_rnn)]
+                + case("transformer", "paper-base", n, 0.95, 1.0, 1.05)
+                + case("rnn-width", "paper-base", n, *paper_base_rnn)]
         return c1_length.analyse_sequence_length(table(data)).verdict
 
     tied = verdict((0.85, 0.9, 1.0))  # 0.90× as fast, but 0.81×-1.05× between the quartiles
     assert "The winner changes" not in tied
     assert "On cpu at n = 64 the Transformer wins at tiny (Transformer 4.00× as fast)." in tied
-    assert "At paper-base the 0.90× spans 0.81×-1.05× between the two times' quartiles, parity included: no winner there." in tied
+    assert ("At paper-base the 0.90× spans 0.81×-1.05× between the two times' quartiles, parity included: no winner "
+            "there.") in tied
     def all_tied():
         data = [r for n in (16, 64) for p in ("tiny", "paper-base") for r in
                 case("transformer", p, n, 0.9, 1.0, 1.1) + case("rnn-width", p, n, 0.9, 1.0, 1.1)]

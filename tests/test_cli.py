@@ -18,6 +18,7 @@ def quick_calibration(monkeypatch):
     monkeypatch.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
 
 
+@pytest.mark.slow
 def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration):
     run, report = str(tmp_path / "run"), str(tmp_path / "report")
     assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
@@ -65,7 +66,7 @@ def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
         assert c.claim in page
 
 
-@pytest.mark.parametrize("page", ["README.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/MEASURED.md"])
 def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(page):
     from reports import measured
 
@@ -76,8 +77,10 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
     for name, only, block in blocks:
         record = measured.load(os.path.join(root, name))
         flag = (f" --only {','.join(only)}" if only else "") + ("" if page == measured.README else f" --for {page}")
-        assert block == measured.markdown(record, name, only, page), f"{page} is stale: python -m reports measured {name}{flag}"
-        assert os.path.exists(os.path.join(root, os.path.dirname(page), os.path.relpath(name, os.path.dirname(page) or ".")))
+        stale = f"{page} is stale: python -m reports measured {name}{flag}"
+        assert block == measured.markdown(record, name, only, page), stale
+        link = os.path.relpath(name, os.path.dirname(page) or ".")  # the block's link, from the page's folder
+        assert os.path.exists(os.path.join(root, os.path.dirname(page), link))
         kinds.add(record.get("kind", "report"))
         if only == ["agreement"]:  # a compare's record: both runs, raw and normalised (and best round, in rounds)
             assert record["agreement"] and all({r["metric"] for r in a["rows"]} >= {"time", "time_normalised"}
@@ -86,7 +89,7 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
             assert all(a["answer"] for a in record["analyses"] if a.get("has_data", True))
         elif "analyses" in record:
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
-    expected = {"report", "regression-check", "compare-with-torch"}
+    expected = {"report"} if page == measured.README else {"report", "regression-check", "compare-with-torch"}
     assert kinds == expected, kinds
 
 
@@ -110,7 +113,8 @@ def test_the_regression_check_reads_asvs_table_rows():
     import importlib.util
 
     root = os.path.join(os.path.dirname(__file__), "..")
-    spec = importlib.util.spec_from_file_location("check", os.path.join(root, "scripts", "check_regression_detection.py"))
+    path = os.path.join(root, "scripts", "check_regression_detection.py")
+    spec = importlib.util.spec_from_file_location("check", path)
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     out = ("| Change | Before [a] | After [b] | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
@@ -122,8 +126,11 @@ def test_the_regression_check_reads_asvs_table_rows():
         ("-", "2.0±0.1ms", 0.5, "bench_attention.X.time_forward(512, 'math')")]
 
 
-@pytest.mark.parametrize("script", sorted(f for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "scripts"))
-                                          if f.endswith(".py") and f != "__init__.py"))
+SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(SCRIPTS) if f.endswith(".py") and f != "__init__.py"))
+@pytest.mark.slow
 def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, script):
     """``.venv/bin/python scripts/X.py``: the script finds the project's packages (benchmarks, reports are not
     installed), whatever the current folder."""

@@ -167,8 +167,8 @@ import pandas as pd  # noqa: E402
 from benchmarks import runner as runner_cli  # noqa: E402
 from benchmarks.core import machine, records, runner  # noqa: E402
 from reports import tidy  # noqa: E402
-from reports.analyses import c1_length, heads, registry, runs  # noqa: E402
 from reports.__main__ import main as reports_main  # noqa: E402
+from reports.analyses import c1_length, heads, registry, runs  # noqa: E402
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
         ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]
@@ -202,6 +202,7 @@ def test_git_failure_is_recorded_with_its_reason(monkeypatch):
     assert sha is None and "git rev-parse HEAD failed" in why
 
 
+@pytest.mark.slow
 def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(tmp_path, fake_peaks, monkeypatch):
     with_commit = measure(tmp_path / "with-commit")
     monkeypatch.setattr(runner, "git_head", lambda: (None, "git rev-parse HEAD failed: dubious ownership"))
@@ -264,6 +265,7 @@ def in_process(capsys, *args, module="reports"):
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_min_run_time_nan_in_a_real_subprocess(tmp_path):
     done = cli("--min-run-time", "nan", "--out", str(tmp_path / "run"), "--no-progress")
     assert done.returncode == 2 and "--min-run-time: must be a finite number of seconds > 0, got 'nan'" in done.stderr
@@ -321,6 +323,7 @@ def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
     assert (report / "index.html").read_text() == "a good report"
 
 
+@pytest.mark.slow
 def test_replacing_a_report_says_what_it_replaced(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run")
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
@@ -382,6 +385,7 @@ def test_asv_metadata_path_in_asvs_own_virtualenvs(monkeypatch, tmp_path):
     assert path.startswith(str(tmp_path / "out" / "metadata" / "virtualenv-py3.11-torch2.13.0-"))
 
 
+@pytest.mark.slow
 def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_reads(tmp_path):
     """A real ``asv run -E existing`` (which sets no ASV_* variables) in a copy of this project."""
     project, home = tmp_path / "project", tmp_path / "home"
@@ -399,9 +403,11 @@ def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_rea
     env = {**os.environ, "HOME": str(home), "ATTENTION_BENCH_GRID": "quick"}
     env = {k: v for k, v in env.items() if not k.startswith("ASV_")}
     asv = [sys.executable, "-m", "asv"]
-    subprocess.run(asv + ["machine", "--yes", "--machine", "box"], cwd=project, env=env, check=True, capture_output=True)
+    subprocess.run(asv + ["machine", "--yes", "--machine", "box"], cwd=project, env=env, check=True,
+                   capture_output=True)
     done = subprocess.run(asv + ["run", "-E", f"existing:{sys.executable}", "--quick", "--machine", "box",
-                                 "--bench", "SelfAttentionVsRecurrentLayer.track_matmul_flops", "--set-commit-hash", sha],
+                                 "--bench", "SelfAttentionVsRecurrentLayer.track_matmul_flops",
+                                 "--set-commit-hash", sha],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     written = os.listdir(project / ".asv" / "metadata")
@@ -412,6 +418,7 @@ def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_rea
 
 # -- corrupt records, empty folders (items 7, 8) and the end-of-run summary ---------------------------
 
+@pytest.mark.slow
 def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_remeasured(tmp_path, fake_peaks,
                                                                                           capsys):
     run = measure(tmp_path / "run")
@@ -470,7 +477,8 @@ def test_the_run_summary_names_skips_failures_and_noisy_cases():
     text = runner.summary("out", [ok, {**ok, "samples": 40}, once], {"ok": 3}, [])
     assert ("unreplicated   1 timed over fewer than 3 values, so no spread measured (--rounds R times each R times, "
             "spread over the run): models--forward--seq_len=64 (0.7 s)") in text
-    assert "noisy          2 with" in text  # the two with a wide spread; the one-value case's spread is unknown, not wide
+    # the two with a wide spread; the one-value case's spread is unknown, not wide
+    assert "noisy          2 with" in text
 
 
 def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
@@ -486,7 +494,8 @@ def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
     thin = noise.unreplicated_cases(t)
     assert thin.seq_len.tolist() == [64] and thin.samples.tolist() == [1]  # unknown counts are not guessed
     page = open(html.build(t, str(tmp_path / "report"))).read()
-    assert "Unreplicated cases: timed over fewer than 3 values" in page and "<summary>1 unreplicated case</summary>" in page
+    assert "Unreplicated cases: timed over fewer than 3 values" in page
+    assert "<summary>1 unreplicated case</summary>" in page
 
 
 # -- out of memory: one rule for the runner and asv (item 6) -----------------------------------------
@@ -536,7 +545,8 @@ def test_a_cpu_out_of_memory_in_the_runner_is_recorded_and_the_run_goes_on(tmp_p
 
 def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     run = measure(tmp_path / "run")
-    oom = {"area": "models", "method": "forward", "status": "oom", "reason": "DefaultCPUAllocator: can't allocate memory",
+    oom = {"area": "models", "method": "forward", "status": "oom",
+           "reason": "DefaultCPUAllocator: can't allocate memory",
            "params": {**PLAN[0][1], "seq_len": 4096}, "commit": records.commit(), "started_at": None}
     records.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
     limits = runs.memory_limits(tidy.load([run]))
@@ -547,6 +557,7 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
 
 # -- tables never show NaN, None or <NA> (item 14) ------------------------------------------------------
 
+@pytest.mark.slow
 def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peaks, capsys):
     import re
 
@@ -573,6 +584,7 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
                                                          ["agreement"])
 
 
+@pytest.mark.slow
 def test_an_agreement_names_the_rounds_each_run_was_timed_in(tmp_path, fake_peaks, capsys):
     from reports import measured
 
@@ -627,7 +639,8 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
         fast = i % 2 == 0
         rounds = [one(i, 1.0 if fast else 2.0, 100e9 if fast else 50e9), one(100 + i, 2.0, 50e9)]
         params = {"heads": i + 1, "strategy": "sdpa", "out_proj": True, "device": "cpu"}
-        records.write_json_atomic(str(tmp_path / "cases" / (records.case_key("multihead", "forward", params) + ".json")), {
+        path = tmp_path / "cases" / (records.case_key("multihead", "forward", params) + ".json")
+        records.write_json_atomic(str(path), {
             "area": "multihead", "method": "forward", "params": params, "status": "ok", "reason": None,
             "commit": "a" * 40, "started_at": at(i), "threads": 2, **combined(rounds)})
     t = tidy.load([str(tmp_path)]).sort_values("heads")
@@ -665,8 +678,8 @@ def test_normalised_times_follow_the_machines_drift_not_one_noisy_control():
 
     def record(i, control):
         return {"area": "models", "method": "forward", "params": {"seq_len": i}, "status": "ok", "reason": None,
-                "started_at": f"2026-12-04T{i // 60:02d}:{i % 60:02d}:00", "threads": 2, "time_median_s": 1.0, "time_q25_s": 1.0,
-                "time_q75_s": 1.0, "time_iqr_s": 0.0, "control_flops_per_s": control}
+                "started_at": f"2026-12-04T{i // 60:02d}:{i % 60:02d}:00", "threads": 2, "time_median_s": 1.0,
+                "time_q25_s": 1.0, "time_q75_s": 1.0, "time_iqr_s": 0.0, "control_flops_per_s": control}
 
     # the machine runs at full speed (100) for 40 cases, then at half speed (50) for 40: a slow drift,
     # with one control that misread (5) in the middle of the fast half

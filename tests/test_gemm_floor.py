@@ -24,9 +24,11 @@ def test_our_and_torchs_attention_execute_the_analytic_models_products(heads):
     analytic = flops.multi_head_attention(B, n, d, heads, strategy="sdpa").forward.matmul_total
     with torch.inference_mode():
         mine = record(lambda: ours(x))
-        theirs = record(lambda: ref(x, x, x, need_weights=False))  # torch's fast path: one opaque operator to a dispatch mode
+        # torch's fast path: one opaque operator to a dispatch mode
+        theirs = record(lambda: ref(x, x, x, need_weights=False))
     dh = d // heads
-    assert mine == [Gemm(0, B * n, d, 3 * d), Gemm(B * heads, n, dh, n), Gemm(B * heads, n, n, dh), Gemm(0, B * n, d, d)]
+    assert mine == [Gemm(0, B * n, d, 3 * d), Gemm(B * heads, n, dh, n), Gemm(B * heads, n, n, dh),
+                    Gemm(0, B * n, d, d)]
     assert sum(g.flops for g in mine) == sum(g.flops for g in theirs) == analytic
 
 
@@ -39,7 +41,8 @@ def test_the_fused_kernel_of_each_device_is_recorded_and_replayed_there(device, 
     with torch.inference_mode():
         gemms = record(lambda: mha(x))
         assert gemms[1:3] == [Gemm(8, 16, 16, 16), Gemm(8, 16, 16, 16)]
-        assert sum(g.flops for g in gemms) == flops.multi_head_attention(2, 16, 64, 4, strategy="sdpa").forward.matmul_total
+        analytic = flops.multi_head_attention(2, 16, 64, 4, strategy="sdpa").forward.matmul_total
+        assert sum(g.flops for g in gemms) == analytic
         with FlopCounterMode(display=False) as counter:
             replay(gemms, device, dtype)()
     assert counter.get_total_flops() == sum(g.flops for g in gemms)
@@ -113,6 +116,7 @@ def test_the_comparison_times_its_callables_in_mirrored_order():
     (["--rounds", "0"], "--rounds must be a positive integer, got 0"),
     (["--block-time", "nan"], "--block-time must be a positive number of seconds, got nan"),
 ] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: this machine has no CUDA GPU")]))
+@pytest.mark.slow
 def test_the_comparison_refuses_bad_input_before_measuring(flags, message):
     import subprocess
     import sys
@@ -131,8 +135,9 @@ def _comparison(name, ours, torch_s, floor, target):
 def test_a_target_below_the_floor_is_out_of_reach_and_a_miss_says_how_close_ours_must_come():
     from reports import measured
 
-    met, unreachable, missed = (_comparison("met", 7.0, 10.0, 6.0, 0.75), _comparison("unreachable", 9.5, 10.0, 8.0, 0.75),
-                                _comparison("missed", 10.0, 10.0, 9.0, 0.95))
+    met = _comparison("met", 7.0, 10.0, 6.0, 0.75)
+    unreachable = _comparison("unreachable", 9.5, 10.0, 8.0, 0.75)
+    missed = _comparison("missed", 10.0, 10.0, 9.0, 0.95)
     assert [measured.target_verdict(c) for c in (met, unreachable, missed)] == ["meets", "out of reach", "misses"]
     assert measured.above_floor(missed) == pytest.approx(10 / 9)
     summary = measured.speed_summary([met, unreachable, missed])

@@ -107,6 +107,7 @@ def _bad_input_case(rank, store, world):
 @pytest.mark.parametrize("case, world", [(_mha_case, 2), (_layer_case, 2), (_bad_input_case, 2), (_mha_case, 4),
                                          (_layer_case, 4)],
                          ids=["mha", "encoder_layer", "bad_input", "mha-4-ranks", "encoder_layer-4-ranks"])
+@pytest.mark.slow
 def test_gloo_ranks_match_the_single_process_module(case, world, tmp_path):
     mp.start_processes(case, args=(str(tmp_path / "store"), world), nprocs=world, start_method="spawn")
 
@@ -128,6 +129,7 @@ def torchrun(ranks, *args):
                            *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_scaling(tmp_path):
     from reports import tidy
     from reports.analyses import parallel
@@ -146,7 +148,8 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     assert (rows.q75 > rows.q25).any()
     moved = t[(t.metric == "comm_bytes") & (t.ranks == 2)].set_index("combine").value
     b, n, d = 2, 64, 64  # the quick grid: ring all-reduce moves 2(w-1)/w of the output, all-gather (w-1) slices
-    assert moved["allreduce"].max() == 2 * (2 - 1) / 2 * b * n * d * 4 and moved["allgather"].max() == b * n * (d // 2) * 4
+    assert moved["allreduce"].max() == 2 * (2 - 1) / 2 * b * n * d * 4
+    assert moved["allgather"].max() == b * n * (d // 2) * 4
     assert (t[(t.metric == "comm_bytes") & (t.ranks == 1)].value == 0).all()
     # what each rank sent, read from the network interfaces: the payload plus TCP/IP headers, never less
     wire = t[(t.metric == "comm_bytes_measured") & (t.ranks == 2)].set_index(["combine", "heads"]).value
@@ -157,12 +160,15 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     assert "On 2 ranks against one" in a.verdict and "shared one machine's" in a.verdict
     inside = a.tables["strong_scaling"].comm_in_layer_share
     assert inside.notna().all() and (inside < 1).all()
-    assert f"inside the layer (end to end minus the same forward without them) they add {inside.median():.0%}" in a.verdict
+    assert (f"inside the layer (end to end minus the same forward without them) they add {inside.median():.0%}"
+            in a.verdict)
     assert "Weak scaling (the same heads per rank, h growing with the ranks), median efficiency: 2 ranks" in a.verdict
     ratio = (wire / counted).median()
-    assert f"The bytes each rank sent, read from the network interfaces, were {ratio:.2f}× the ring algorithms' count" in a.verdict
+    assert (f"The bytes each rank sent, read from the network interfaces, were {ratio:.2f}× the ring algorithms' "
+            "count") in a.verdict
 
 
+@pytest.mark.slow
 def test_bad_launches_are_clear_errors(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -174,6 +180,7 @@ def test_bad_launches_are_clear_errors(tmp_path):
     assert done.returncode != 0 and "invalid choice: 'huge'" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
     import json
 
@@ -182,8 +189,9 @@ def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
 
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
-                           str(29600 + os.getpid() % 1000), "-m", "benchmarks.runner", "--grid", "quick", "--area", "depth",
-                           "--out", str(out), "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           str(29600 + os.getpid() % 1000), "-m", "benchmarks.runner", "--grid", "quick",
+                           "--area", "depth", "--out", str(out), "--no-progress"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     plan = runner.plan("quick", ["depth"])
     records = [json.loads(p.read_text()) for p in (out / "cases").iterdir()]
@@ -197,6 +205,7 @@ def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
     assert (t[(t.metric == "sequential_depth")].status == "ok").sum() == len(plan)  # the report sees them all
 
 
+@pytest.mark.slow
 def test_the_asv_benchmark_spawns_two_ranks_and_tracks_time_and_communication():
     from benchmarks.bench_parallel import HeadParallelAttention
     from reports import tidy
@@ -209,6 +218,7 @@ def test_the_asv_benchmark_spawns_two_ranks_and_tracks_time_and_communication():
     assert tidy._asv_param_names("HeadParallelAttention", tidy._asv_areas(), 9) == HeadParallelAttention.param_names
 
 
+@pytest.mark.slow
 def test_a_rerun_into_the_same_folder_resumes(tmp_path):
     out = str(tmp_path / "run")
     first = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
@@ -232,6 +242,7 @@ def _worker(launcher: int, local_rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_run_stops_the_others_with_a_clear_error_and_a_rerun_completes(tmp_path):
     import json
     import signal
@@ -280,7 +291,8 @@ def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_reco
     assert stopped.value.code == 1 and signal.getsignal(signal.SIGTERM) is before
     said = capsys.readouterr().err
     assert said.startswith("error: rank 1 of 2 stopped while measuring attention seq_len=128: torchrun stopped this "
-                           f"rank (another rank failed, or the run was cancelled). The 1 records in {tmp_path / 'cases'}")
+                           "rank (another rank failed, or the run was cancelled). The 1 records in "
+                           f"{tmp_path / 'cases'}")
     with RankGuard(0, 1, str(tmp_path)):  # one rank: nothing changes
         assert signal.getsignal(signal.SIGTERM) is before
     with pytest.raises(ValueError), RankGuard(0, 2, str(tmp_path)):  # other errors pass through
@@ -295,7 +307,8 @@ def test_nccl_with_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(dist, "is_backend_available", lambda backend: True)
-    with pytest.raises(ValueError, match=r"--backend nccl needs one GPU per rank on a machine: local rank 1, but 1 GPU\(s\)"):
+    message = r"--backend nccl needs one GPU per rank on a machine: local rank 1, but 1 GPU\(s\)"
+    with pytest.raises(ValueError, match=message):
         head_parallel.init("nccl")
 
 
@@ -310,6 +323,7 @@ def test_a_torch_without_gloo_is_a_clear_error(monkeypatch):
         ranks.Ranks()
 
 
+@pytest.mark.slow
 def test_two_machines_meet_through_torchrun_rendezvous(tmp_path):
     """The README's two-machine command (c10d rendezvous, one rank per node), both nodes on this machine."""
     import json

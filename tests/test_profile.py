@@ -56,6 +56,7 @@ def math_profile(tmp_path_factory):
     return profile_in_a_fresh_process(out), out
 
 
+@pytest.mark.slow
 def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one(math_profile, tmp_path):
     r, _ = math_profile
     assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profiler.SUM_TOLERANCE)
@@ -74,12 +75,14 @@ def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one
     assert r["flops_match_analytic"] and r["sequential_depth"] >= 3
 
 
+@pytest.mark.slow
 def test_profiling_on_the_cpu_does_not_print_the_tracers_start_and_stop_lines(math_profile):
     r, _ = math_profile
     assert r["cycles"] == 7  # seven profiler sessions (and the trace's), each of which printed two lines before
     assert "profiler_start" not in r["stderr"] and "profiler_stop" not in r["stderr"], r["stderr"][-1000:]
 
 
+@pytest.mark.slow
 def test_the_trace_is_gzipped_chrome_json_with_the_models_labels(math_profile):
     r, out = math_profile
     folder = os.path.join(out, "profiles", os.listdir(os.path.join(out, "profiles"))[0])
@@ -90,6 +93,7 @@ def test_the_trace_is_gzipped_chrome_json_with_the_models_labels(math_profile):
     assert profiler.load(str(out))[0]["sequential_depth"] == r["sequential_depth"]
 
 
+@pytest.mark.slow
 def test_memory_at_the_peak_is_held_by_the_score_matrices(math_profile):
     r, _ = math_profile
     batch = cases.tokens("attention", {"seq_len": 512, "device": "cpu"}) // 512

@@ -34,4 +34,5 @@ def test_rnn_components_are_labelled():
     m = RNNAttention.from_preset("tiny")
     src, tgt = torch.randint(0, 64, (2, 5)), torch.randint(0, 64, (2, 4))
     found = labels(lambda: m(src, tgt))
-    assert {"encoder.bigru", "additive_attention.keys", "additive_attention", "gru_step", "readout", "generator"} <= found
+    assert {"encoder.bigru", "additive_attention.keys", "additive_attention", "gru_step", "readout",
+            "generator"} <= found

@@ -20,6 +20,8 @@ from benchmarks.core import machine, profiler, runner
 from reports import html, tidy
 from reports.claims import CLAIMS
 
+pytestmark = pytest.mark.slow  # a runner sweep, a report and Chromium
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-component-update", "--disable-sync"]

@@ -29,8 +29,10 @@ def test_energy_is_the_additive_formula():
     att = m.attention
     s, h = torch.randn(2, 32, dtype=F64), torch.randn(2, 7, 64, dtype=F64)
     context, alpha = att(s, att.precompute(h), h)
-    e = torch.stack([torch.stack([att.v_a.weight[0] @ torch.tanh(att.W_a.weight @ s[b] + att.U_a.weight @ h[b, j] + att.U_a.bias)
-                                  for j in range(7)]) for b in range(2)])
+    def energy(b, j):  # e_ij = v_aᵀ tanh(W_a s_(i-1) + U_a h_j)
+        return att.v_a.weight[0] @ torch.tanh(att.W_a.weight @ s[b] + att.U_a.weight @ h[b, j] + att.U_a.bias)
+
+    e = torch.stack([torch.stack([energy(b, j) for j in range(7)]) for b in range(2)])
     torch.testing.assert_close(alpha, torch.softmax(e, -1))
     torch.testing.assert_close(context, torch.einsum("bj,bjd->bd", alpha, h))
 

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.core import machine, measure, runner
-from benchmarks.core import records
+from benchmarks.core import machine, measure, records, runner
 from benchmarks.core.records import case_key
 from transformer import flops
 

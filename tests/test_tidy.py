@@ -107,7 +107,8 @@ def test_several_machines_make_one_table(tmp_path, runner_folder):
 @pytest.mark.parametrize("name, expected", [
     ("time_forward", ("forward", "time")), ("time_train_step", ("train_step", "time")),
     ("peakmem_forward", ("forward", "peak_rss")), ("track_generate_matmul_flops", ("generate", "matmul_flops")),
-    ("track_gpu_power_w", ("forward", "gpu_power_w")), ("track_gemm_peak_flops_per_s", ("matmul", "gemm_peak_flops_per_s")),
+    ("track_gpu_power_w", ("forward", "gpu_power_w")),
+    ("track_gemm_peak_flops_per_s", ("matmul", "gemm_peak_flops_per_s")),
     ("time_matmul", ("matmul", "time"))])
 def test_asv_method_names_map_to_method_and_metric(name, expected):
     assert tidy.asv_method_metric(name) == expected

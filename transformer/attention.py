@@ -67,11 +67,13 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_float("scale", scale)
     if backend == "sdpa":
         if return_weights:
-            raise ValueError("return_weights=True needs backend='math': the fused 'sdpa' kernel never forms the weights")
+            raise ValueError("return_weights=True needs backend='math': the fused 'sdpa' kernel never forms the "
+                             "weights")
         if causal and mask is not None:  # torch's kernel takes one or the other
             mask, causal = merge_causal(mask, n_q, n_k), False
         with record_function("attention.sdpa"):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal,
+                                                  scale=scale)
     # only a given mask can mask a whole row: the causal mask alone keeps key 0 for every query
     softmax = torch.softmax if mask is None else torch._safe_softmax
     if causal:
@@ -112,7 +114,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x, tuple(range(2, 9)))
     if not (q.dim() == k.dim() == v.dim()):
-        raise ValueError(f"q, k, v must have the same rank, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"q, k, v must have the same rank, got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
     if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
         raise ValueError(
             f"q, k, v must share their leading (batch, head) dimensions, got shapes "
@@ -131,7 +134,8 @@ def _check_mask(mask: torch.Tensor, q: torch.Tensor, n_k: int) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and mask.dtype != q.dtype:
-        raise TypeError(f"mask must be boolean (True = attend) or additive with the query's dtype {q.dtype}, got {mask.dtype}")
+        raise TypeError(f"mask must be boolean (True = attend) or additive with the query's dtype {q.dtype}, "
+                        f"got {mask.dtype}")
     try:
         ok = mask.dim() <= len(target) and torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
     except RuntimeError:

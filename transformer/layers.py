@@ -24,10 +24,12 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
 def sinusoidal_positional_encoding(n: int, d_model: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)); shape (n, d_model)."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)); shape
+    (n, d_model)."""
     check_positive("d_model", d_model)
     pos = torch.arange(n, device=device, dtype=torch.float64)[:, None]
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)
+    inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))
     pe = torch.empty(n, d_model, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq[: d_model // 2])
@@ -70,7 +72,8 @@ class Embeddings(nn.Module):
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position (section 3.3)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", device=None, dtype=None):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", device=None,
+                 dtype=None):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff, device=device, dtype=dtype)
         self.linear2 = nn.Linear(d_ff, d_model, device=device, dtype=dtype)

@@ -112,7 +112,8 @@ class Transformer(nn.Module):
         return cls(TransformerConfig.preset(name, **overrides), device=device, dtype=dtype)
 
     @classmethod
-    def from_torch(cls, module: nn.Transformer, src_vocab: int, tgt_vocab: int | None = None, **overrides) -> Transformer:
+    def from_torch(cls, module: nn.Transformer, src_vocab: int, tgt_vocab: int | None = None,
+                   **overrides) -> Transformer:
         """A model whose encoder and decoder stacks (and their final norms) carry ``module``'s weights.
 
         torch.nn.Transformer has no embeddings or generator; ours are freshly initialised. After the
@@ -190,7 +191,8 @@ class Transformer(nn.Module):
             def next_logits(ys, t):
                 return self.logits(self.decode(ys, memory, src_key_padding_mask)[:, -1])
 
-        return greedy_decode(next_logits, src.shape[0], max_new_tokens, bos_id, eos_id, self.config.tgt_vocab, src.device)
+        return greedy_decode(next_logits, src.shape[0], max_new_tokens, bos_id, eos_id, self.config.tgt_vocab,
+                             src.device)
 
     def _cached_stepper(self, memory, src_key_padding_mask):
         """A function (newest token, its position) -> decoder output, holding the key/value caches."""

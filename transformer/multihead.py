@@ -111,7 +111,8 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(query, key, value)
         mask = self._combine_masks(attn_mask, key_padding_mask, query.shape[0], query.shape[1], key.shape[1])
         if need_weights and self.strategy == "sdpa":
-            raise ValueError("need_weights=True needs strategy 'batched' or 'looped': the fused kernel never forms the weights")
+            raise ValueError("need_weights=True needs strategy 'batched' or 'looped': the fused kernel never forms "
+                             "the weights")
         if self.strategy == "looped":
             concat, weights = self._looped(query, key, value, mask, causal, need_weights)
         else:
@@ -204,7 +205,8 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, 3, last=self.d_model)
         if not (query.shape[0] == key.shape[0] == value.shape[0]):
-            raise ValueError(f"query, key, value must share the batch size, got {query.shape[0]}, {key.shape[0]}, {value.shape[0]}")
+            raise ValueError(f"query, key, value must share the batch size, got {query.shape[0]}, {key.shape[0]}, "
+                             f"{value.shape[0]}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
 

@@ -165,7 +165,8 @@ class HeadParallelMultiHeadAttention(nn.Module):
         return slice(self.rank * width, (self.rank + 1) * width)
 
     @classmethod
-    def from_single(cls, mha: MultiHeadAttention, combine: str = "allreduce", group=None) -> HeadParallelMultiHeadAttention:
+    def from_single(cls, mha: MultiHeadAttention, combine: str = "allreduce",
+                    group=None) -> HeadParallelMultiHeadAttention:
         """This rank's share of ``mha``'s weights (every rank passes the same module)."""
         if mha.out_proj is None:
             raise ValueError("from_single needs a MultiHeadAttention with its W^O (out_proj=True)")

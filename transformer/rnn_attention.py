@@ -70,7 +70,8 @@ class RNNAttentionConfig:
                 lo = mid
             else:
                 hi = mid
-        gap = {h: abs(parameter_count(RNNAttention(cls._with_hidden(base, h), device="meta")) - target) for h in (lo, hi)}
+        gap = {h: abs(parameter_count(RNNAttention(cls._with_hidden(base, h), device="meta")) - target)
+               for h in (lo, hi)}
         return cls._with_hidden(base, min(gap, key=gap.get))
 
     @classmethod
@@ -199,7 +200,8 @@ class RNNAttention(nn.Module):
             s, c, _ = step(y)
             return self._output(s, c, y)
 
-        return greedy_decode(next_logits, src.shape[0], max_new_tokens, bos_id, eos_id, self.config.tgt_vocab, src.device)
+        return greedy_decode(next_logits, src.shape[0], max_new_tokens, bos_id, eos_id, self.config.tgt_vocab,
+                             src.device)
 
     def _stepper(self, annotations, src_key_padding_mask):
         """A function y_(i-1) embedding -> (s_i, c_i, alpha_i) that carries the decoder state."""

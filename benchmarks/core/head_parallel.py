@@ -96,7 +96,8 @@ def build(params: dict, device: torch.device):
         single = MultiHeadAttention(d, h, strategy="sdpa", device=device)
         return parallel.HeadParallelMultiHeadAttention.from_single(single, params["combine"]).eval(), x, attention
     single = EncoderLayer(d, h, 4 * d, device=device)
-    return parallel.HeadParallelEncoderLayer.from_single(single, params["combine"]).eval(), x, attention + [("all_reduce", out_shape)]
+    layer = parallel.HeadParallelEncoderLayer.from_single(single, params["combine"]).eval()
+    return layer, x, attention + [("all_reduce", out_shape)]
 
 
 def collectives(sends: list[tuple[str, tuple]], device) -> tuple[callable, int]:
@@ -147,7 +148,8 @@ def wire_bytes(fn, device, calls: int = 10) -> float | None:
         fn()
     dist.barrier()
     end = _sent_bytes() if reader else 0
-    sent = torch.tensor([end - start if None not in (start, end) else 0, int(None in (start, end))], dtype=torch.float64)
+    unread = None in (start, end)
+    sent = torch.tensor([0 if unread else end - start, int(unread)], dtype=torch.float64)
     dist.all_reduce(sent)
     return None if sent[1] else sent[0].item() / dist.get_world_size() / calls
 

@@ -76,7 +76,8 @@ def metadata() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "mkl": _library_version(r"Math Kernel Library Version ([\w.\-]+)") if torch.backends.mkl.is_available() else None,
+        "mkl": (_library_version(r"Math Kernel Library Version ([\w.\-]+)")
+                if torch.backends.mkl.is_available() else None),
         "onednn": _library_version(r"MKL-DNN v([\w.]+)") if torch.backends.mkldnn.is_available() else None,
         **_gpu(),
     }
@@ -162,5 +163,6 @@ def asv_location() -> tuple[str, str] | None:
 
     path = os.path.join(conf, "asv.conf.json")
     # this suite's asv.conf.json puts the results in .asv/results
-    results = load_json(path, js_comments=True).get("results_dir", "results") if os.path.exists(path) else ".asv/results"
+    results = (load_json(path, js_comments=True).get("results_dir", "results") if os.path.exists(path)
+               else ".asv/results")
     return os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), env or "env"

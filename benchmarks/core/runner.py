@@ -303,12 +303,16 @@ def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: li
              f"  resumed        {counts.get('resumed', 0)} cases already recorded at this commit"]
     for status, label in (("skipped", "skipped"), ("oom", "out of memory"), ("failed", "failed")):
         lines.append(f"  {label:14s} {counts.get(status, 0)}" + (f": {_why(by[status])}" if by[status] else ""))
-    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}" + _worst(noisy, lambda rel: f"{rel:.0%}"))
+    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}"
+                 + _worst(noisy, lambda rel: f"{rel:.0%}"))
     thin = sorted((r["time_median_s"], case_key(r["area"], r["method"], r["params"])) for r in by["ok"]
-                  if r.get("time_median_s") and r.get("samples") is not None and r["samples"] < measure.MIN_SAMPLES)[::-1]
-    lines.append(f"  unreplicated   {len(thin)} timed over fewer than {measure.MIN_SAMPLES} values, so no spread measured"
+                  if r.get("time_median_s") and r.get("samples") is not None
+                  and r["samples"] < measure.MIN_SAMPLES)[::-1]
+    lines.append(f"  unreplicated   {len(thin)} timed over fewer than {measure.MIN_SAMPLES} values, "
+                 "so no spread measured"
                  + (" (--rounds R times each R times, spread over the run)" if thin else "")
                  + _worst(thin, lambda t: f"{t:.2g} s"))
-    lines.append(f"  set aside      {len(set_aside)}" + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
+    lines.append(f"  set aside      {len(set_aside)}"
+                 + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
     lines.append(f"  results in     {out} (machine.json, cases/)")
     return "\n".join(lines)

@@ -65,7 +65,8 @@ class Analysis:
     def without(self, missing: str, verdict: str) -> Analysis:
         """This analysis when its data is missing: say so in the verdict and in ``missing``."""
         self.missing.append(missing)
-        self.verdict = self.answer = verdict
+        self.verdict = verdict
+        self.answer = verdict.split(". ")[0].rstrip(".") + "."  # its first sentence: what is missing
         return self
 
     def plot(self, name: str, **spec) -> None:

@@ -78,7 +78,8 @@ def analyse_depth(t: pd.DataFrame) -> Analysis:
 
 def _label(slopes: pd.DataFrame, preset: str, model: str, mode: str) -> str:
     """A depth curve's legend: model, mode and its fitted operators per token."""
-    fit = slopes[(slopes.preset == preset) & (slopes.model == model) & (slopes["mode"] == mode)] if len(slopes) else slopes
+    fit = slopes[(slopes.preset == preset) & (slopes.model == model) & (slopes["mode"] == mode)] if len(slopes) \
+        else slopes
     return f"{model} {mode.replace('_', ' ')}" + (f", {fit.slope_ops_per_token.iloc[0]:.1f}/token" if len(fit) else "")
 
 

@@ -87,9 +87,10 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
             a.numbers[f"speedup_vs_rnn_params_{tag}"] = r["speedup_vs_rnn_params"]
             sentence += f" ({fmt_ratio(r['speedup_vs_rnn_params'])} against the parameter-matched RNN)"
         if "flop_ratio" in r:
-            a.numbers[f"flop_ratio_{tag}"], a.numbers[f"flops_per_s_ratio_{tag}"] = r["flop_ratio"], r["flops_per_s_ratio"]
-            sentence += (f"; it does {fmt_ratio(r['flop_ratio'])} the RNN's matmul FLOPs at {fmt_ratio(r['flops_per_s_ratio'])} "
-                         f"its FLOP/s (time ratio = FLOP/s ratio ÷ FLOP ratio)")
+            a.numbers[f"flop_ratio_{tag}"] = r["flop_ratio"]
+            a.numbers[f"flops_per_s_ratio_{tag}"] = r["flops_per_s_ratio"]
+            sentence += (f"; it does {fmt_ratio(r['flop_ratio'])} the RNN's matmul FLOPs at "
+                         f"{fmt_ratio(r['flops_per_s_ratio'])} its FLOP/s (time ratio = FLOP/s ratio ÷ FLOP ratio)")
         sentences.append(sentence + spread_phrase(r, r["speedup"]) + f"; {where}.")
     a.tables["factors"] = pd.DataFrame(factors)
     a.tables["exponents"] = pd.DataFrame(fits)
@@ -102,12 +103,20 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     at_max = [r for r in factors if r["seq_len"] == max(f["seq_len"] for f in factors if f["preset"] == r["preset"]
                                                        and f["device"] == r["device"])]
     a.answer = ("Transformer speed over the width-matched RNN's, teacher-forced forward: "
-                + "; ".join(f"{r['preset']} n = {r['seq_len']}: {fmt_ratio(r['speedup'])}"
+                + "; ".join(f"{r['preset']} n = {r['seq_len']}: {fmt_ratio(r['speedup'])}{_range(r)}"
                             + ("" if len({x["device"] for x in at_max}) == 1 else f" ({r['device']})") for r in at_max)
                 + "." if at_max else "No size measured both models at one n.")
     a.conditions = f"batch {', '.join(map(str, batch))}, {conditions(rows, n=False)}"
     return a
 
+
+
+def _range(row: dict) -> str:
+    """' (range a-b)' between the two times' quartiles, ' (no measured spread)' when a time rests on fewer than
+    MIN_SAMPLES values, or nothing when the results do not say."""
+    if "speedup_low" in row:
+        return f" (range {fmt_ratio(row['speedup_low'])}-{fmt_ratio(row['speedup_high'])})"
+    return " (no measured spread)" if "samples" in row else ""
 
 
 def _regime_change(factors: pd.DataFrame) -> list[str]:
@@ -124,7 +133,8 @@ def _regime_change(factors: pd.DataFrame) -> list[str]:
         even = [p for p in wins if low.get(p, math.nan) <= 1 <= high.get(p, math.nan)]
         tf = [p for p, s in wins.items() if s > 1 and p not in even]
         rnn = [p for p, s in wins.items() if s < 1 and p not in even]
-        tie = "".join(f" At {p} the {fmt_ratio(wins[p])} spans {fmt_ratio(low[p])}-{fmt_ratio(high[p])} between the two "
+        tie = "".join(f" At {p} the {fmt_ratio(wins[p])} spans {fmt_ratio(low[p])}-{fmt_ratio(high[p])} "
+                      "between the two "
                       "times' quartiles, parity included: no winner there." for p in even)
         if tf and rnn:
             out.append(f"The winner changes with model size on {device} at n = {n}: the Transformer wins at "

@@ -44,8 +44,9 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                                "comm_in_layer_share": None if alone is None else (v - alone) / v})
     strong = pd.DataFrame(strong)
     a.tables["strong_scaling"] = strong.set_index(CASE + ["ranks"])
+    by_case = strong.sort_values("ranks").groupby(["layer", "combine", "heads", "seq_len"])
     curves = {f"{layer} {combine} h {h} n {n}": pd.Series([1.0, *g.speedup], index=[1, *g.ranks])
-              for (layer, combine, h, n), g in strong.sort_values("ranks").groupby(["layer", "combine", "heads", "seq_len"])}
+              for (layer, combine, h, n), g in by_case}
     a.plot("strong_scaling", table=pd.DataFrame(curves), xlabel="ranks", ylabel="speed-up over one rank (×)",
            title="Heads split over ranks: strong scaling", ideal="identity", log_x=False, log_y=False, legend_size=6)
     weak = []
@@ -57,7 +58,8 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                 weak.append({"layer": layer, "combine": combine, "seq_len": n, "heads_per_rank": h // w, "ranks": w,
                              "efficiency": float(at[(h // w, 1)]) / v})
     if weak:
-        a.tables["weak_scaling"] = pd.DataFrame(weak).set_index(["layer", "combine", "seq_len", "heads_per_rank", "ranks"])
+        a.tables["weak_scaling"] = pd.DataFrame(weak).set_index(
+            ["layer", "combine", "seq_len", "heads_per_rank", "ranks"])
     w = max(ranks)
     at_w = strong[strong.ranks == w]
     best = at_w.loc[at_w.speedup.idxmax()]
@@ -66,7 +68,8 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                       "median_comm_in_layer_share": float(at_w.comm_in_layer_share.median())})
     by_combine = at_w.groupby("combine").speedup.median()
     sentences = [f"On {w} ranks against one, the median case runs {at_w.speedup.median():.2f}× as fast "
-                 f"({at_w.speedup.min():.2f}–{at_w.speedup.max():.2f}×); the best is {best['layer']} with {best['combine']}, "
+                 f"({at_w.speedup.min():.2f}–{at_w.speedup.max():.2f}×); the best is {best['layer']} with "
+                 f"{best['combine']}, "
                  f"h {int(best.heads)}, n {int(best.seq_len)} ({best.speedup:.2f}×). Communication takes "
                  f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
                  f"{at_w.comm_share.max():.0%}) when the collectives are timed on their own; inside the layer "
@@ -75,7 +78,8 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     over = over[over.index.get_level_values("ranks") > 1]
     if len(over):
         a.numbers["median_wire_over_counted_bytes"] = float(over.median())
-        sentences.append(f"The bytes each rank sent, read from the network interfaces, were {over.median():.2f}× the ring "
+        sentences.append(f"The bytes each rank sent, read from the network interfaces, were {over.median():.2f}× "
+                         f"the ring "
                          f"algorithms' count at the median ({over.min():.2f}–{over.max():.2f}×; headers and other "
                          f"traffic included).")
     if len(by_combine) == 2:
@@ -97,8 +101,9 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     one_machine = times.hosts.fillna(1).max() == 1  # records before hosts was stored ran on one machine
     if one_machine and cores is not None and threads is not None and (times.device == "cpu").all():
         oversubscribed = threads * w > cores
-        sentences.append(f"These {w} ranks shared one machine's {cores} cores ({threads} {'thread' if threads == 1 else 'threads'} each, where one "
-                         f"rank had them all{'; more ranks than cores, so they also took turns on them' if oversubscribed else ''}): "
+        turns = "; more ranks than cores, so they also took turns on them" if oversubscribed else ""
+        sentences.append(f"These {w} ranks shared one machine's {cores} cores ({threads} "
+                         f"{'thread' if threads == 1 else 'threads'} each, where one rank had them all{turns}): "
                          f"splitting the heads adds no compute here, so a gain can only come "
                          f"from processes beating threads, and every collective is pure cost. Ranks on separate "
                          f"machines or GPUs are needed to see the compute shrink.")
@@ -116,14 +121,17 @@ def _per_case(t: pd.DataFrame, metric: str) -> pd.Series:
 def _conditions(rows: pd.DataFrame) -> str:
     backends = "/".join(sorted(rows.backend.dropna().unique()))
     devices = "/".join(sorted(rows.device.dropna().unique()))
-    threads = ", ".join(f"{int(r)} rank{'s' if r > 1 else ''} × {int(g.threads.dropna().iloc[0])} thread{'s' if g.threads.dropna().iloc[0] > 1 else ''}"
-                        for r, g in rows.groupby("ranks") if g.threads.notna().any())
+    per_rank = {int(r): int(g.threads.dropna().iloc[0]) for r, g in rows.groupby("ranks") if g.threads.notna().any()}
+    threads = ", ".join(f"{r} rank{'s' if r > 1 else ''} × {n} thread{'s' if n > 1 else ''}"
+                        for r, n in per_rank.items())
     hosts = int(rows.hosts.fillna(1).max())
     where = f" over {hosts} machines" if hosts > 1 else ""
-    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}{where}; {threads}), d_model "
+    return (f"head-parallel {'/'.join(sorted(rows.layer.dropna().unique()))} ({backends} on {devices}{where}; "
+            f"{threads}), d_model "
             f"{'/'.join(str(int(d)) for d in sorted(rows.d_model.dropna().unique()))}, batch "
             f"{'/'.join(str(int(b)) for b in sorted(rows.batch.dropna().unique()))}, n = "
-            f"{int(rows.seq_len.min())}..{int(rows.seq_len.max())}, h = {int(rows.heads.min())}..{int(rows.heads.max())}, "
+            f"{int(rows.seq_len.min())}..{int(rows.seq_len.max())}, "
+            f"h = {int(rows.heads.min())}..{int(rows.heads.max())}, "
             f"float32")
 
 

@@ -91,7 +91,8 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
             sentences.append(f"{r.label}: {top}; matmul components {r.matmul_share:.0%}.")
     a.verdict = " ".join(sentences)
     a.answer = (f"{len(cases)} cases profiled: component FLOPs equal the model in {match}, components sum to within "
-                f"{SUM_TOLERANCE:.0%} of the call in {within}; median profiler overhead {cases.overhead.median():+.0%}.")
+                f"{SUM_TOLERANCE:.0%} of the call in {within}; median profiler overhead "
+                f"{cases.overhead.median():+.0%}.")
     a.conditions = (f"{'/'.join(sorted(cases.device.unique()))}, "
                     f"{'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads; "
                     f"each bar names its case")

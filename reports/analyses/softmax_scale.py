@@ -70,7 +70,8 @@ def analyse_softmax_scaling(keys: int = 64) -> Analysis:
                    f"{sc.entropy_nats.max():.2f} nats and the Jacobian norm at {sc.jacobian_norm.min():.3f}–"
                    f"{sc.jacobian_norm.max():.3f} for every d_k: the gradient through the softmax does not vanish.")
     a.conditions = f"{keys} keys, 256 rows per d_k, unit-variance q and k, float64, seeded"
-    a.answer = ((f"Unscaled, the softmax saturates from d_k = {first} (largest probability {un.max_probability[hi]:.2f} "
-                 f"at {hi}); " if first else f"Unscaled, the largest probability reaches {un.max_probability[hi]:.2f}; ")
+    top = un.max_probability[hi]
+    a.answer = ((f"Unscaled, the softmax saturates from d_k = {first} (largest probability {top:.2f} at {hi}); "
+                 if first else f"Unscaled, the largest probability reaches {top:.2f}; ")
                 + f"scaled, it stays {sc.max_probability.min():.2f}–{sc.max_probability.max():.2f} at every d_k.")
     return a

@@ -34,7 +34,8 @@ def spread_phrase(spread: dict, ratio: float) -> str:
     measured."""
     least = spread.get("samples")
     if least is None:
-        return f"; the {fmt_ratio(ratio)} has no known spread (these results do not say how many values each time is over)"
+        return (f"; the {fmt_ratio(ratio)} has no known spread (these results do not say how many values each time "
+                "is over)")
     least = int(least)
     if least < MIN_SAMPLES:
         return (f"; the {fmt_ratio(ratio)} has no measured spread, a time in it resting on {least} timed value"

@@ -54,7 +54,8 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
     if ("time", "self-attention") in ex.index and ("time", "recurrent") in ex.index:
         sentences.append(
             f"A self-attention layer ({cases.LAYER_HEADS} heads, fused SDPA, with projections) against a GRU layer, "
-            f"batch {cases.LAYER_BATCH}, {conditions(times, n=False)}; time grows as n^{ex.loc[('time', 'self-attention'), 'exponent_n']:.2f} for self-attention "
+            f"batch {cases.LAYER_BATCH}, {conditions(times, n=False)}; time grows as "
+            f"n^{ex.loc[('time', 'self-attention'), 'exponent_n']:.2f} for self-attention "
             f"(FLOPs n^{ex.loc[('matmul_flops', 'self-attention'), 'exponent_n']:.2f}) and as "
             f"n^{ex.loc[('time', 'recurrent'), 'exponent_n']:.2f} for the recurrent layer "
             f"(FLOPs n^{ex.loc[('matmul_flops', 'recurrent'), 'exponent_n']:.2f}).")
@@ -67,11 +68,27 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
                  f"measured time does not cross in n = {c['n_range']}")
         sentences.append(f"d = {c['d_model']}: {fpart}; {tpart}.")
     a.verdict = " ".join(sentences)
-    a.answer = ("Matmul FLOPs cross at " + ", ".join(
-        f"n = {c['flops_crossover_n']:.0f} (d = {c['d_model']})" if c["flops_crossover_n"] is not None
-        else f"no n (d = {c['d_model']})" for c in cross) + "; measured time " + ", ".join(
-        f"at n ≈ {c['time_crossover_n']:.0f}" if c["time_crossover_n"] is not None
-        else f"does not cross in n = {c['n_range']}" for c in cross) + ".")
+    a.answer = _answer(cross)
     a.conditions = f"batch {cases.LAYER_BATCH}, {cases.LAYER_HEADS} heads, {conditions(times, n=False)}"
     return a
 
+
+def _answer(cross: list[dict]) -> str:
+    """Where FLOPs cross (n = d) and where measured time does, per d, in a line."""
+    if not cross:
+        return "No d measured both layers at two or more n."
+    at = [c for c in cross if c["flops_crossover_n"] is not None]
+    if at and all(abs(c["flops_crossover_n"] - c["d_model"]) < 0.5 for c in at):
+        flops = f"n = d (d = {', '.join(str(c['d_model']) for c in at)})"
+    else:
+        flops = ", ".join(f"n = {c['flops_crossover_n']:.0f} at d = {c['d_model']}" for c in at) or "no n measured"
+    crossed = [c for c in cross if c["time_crossover_n"] is not None]
+    ranges = sorted({c["n_range"] for c in cross})
+    if not crossed:
+        time = f"measured time does not cross in n = {', '.join(ranges)} at any d"
+    else:
+        time = "measured time crosses at " + ", ".join(f"n ≈ {c['time_crossover_n']:.0f} at d = {c['d_model']}"
+                                                         for c in crossed)
+        if len(crossed) < len(cross):
+            time += f" and not at d = {', '.join(str(c['d_model']) for c in cross if c not in crossed)}"
+    return f"Matmul FLOPs cross at {flops}; {time}."
