@@ -1,7 +1,10 @@
-"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU)."""
+"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, and a
+short busy check."""
 
 import pytest
 import torch
+
+from benchmarks.core import runner
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
@@ -11,3 +14,10 @@ LOW_PRECISION = [torch.float16, torch.bfloat16]
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _short_busy_check(monkeypatch):
+    """Every run watches the cores for half a second before it starts (runner.machine_busy); the tests make
+    dozens of short runs in one process, so there it watches for 50 ms (its own test sets what it needs)."""
+    monkeypatch.setattr(runner, "BUSY_SAMPLE_S", 0.05)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 from asv.results import Results
@@ -15,11 +16,20 @@ PLAN = [("multihead", {"heads": 8, "strategy": "looped", "out_proj": True, "devi
         ("threads", {"workload": "multihead", "threads": 1})]
 
 
+@pytest.fixture(scope="module")
+def measured_once(tmp_path_factory):
+    """One short sweep for the module; each test gets its own copy (runner_folder)."""
+    out = tmp_path_factory.mktemp("measured") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(machine, "calibrate", lambda threads=(): {
+            machine.peak_key("cpu", "float32", t): 2e11 for t in (None, *threads)})
+        runner.Runner(str(out), min_run_time=0.01, name="laptop").run(PLAN, progress=False)
+    return out
+
+
 @pytest.fixture
-def runner_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
-        machine.peak_key("cpu", "float32", t): 2e11 for t in (None, *threads)})
-    runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="laptop").run(PLAN, progress=False)
+def runner_folder(measured_once, tmp_path):
+    shutil.copytree(measured_once, tmp_path / "run")
     return str(tmp_path / "run")
 
 

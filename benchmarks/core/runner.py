@@ -247,6 +247,8 @@ class Runner:
 
 #: other processes using more than this share of the cores (while this one waits) make a busy machine
 BUSY_SHARE = 0.5
+#: seconds the busy check watches the cores for, before every run
+BUSY_SAMPLE_S = 0.5
 
 
 def cpu_busy(seconds: float = 0.5) -> float | None:
@@ -270,7 +272,7 @@ def machine_busy() -> str | None:
     """A sentence when the machine is already busy as a run starts (others use more than BUSY_SHARE of
     the cores, measured over half a second; the load average lags a minute behind and would flag the
     run that just ended), else None: times measured now will be slower and noisier."""
-    busy = cpu_busy()
+    busy = cpu_busy(BUSY_SAMPLE_S)
     if busy is None or busy <= BUSY_SHARE:
         return None
     cores = os.cpu_count() or 1
