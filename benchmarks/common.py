@@ -2,7 +2,7 @@
 
 Classes here start with an underscore so that asv's discovery, which also sees imported names,
 does not collect them on their own. Nothing touches CUDA at import time; every timed GPU call
-synchronizes (see cases._synchronized).
+synchronizes (``cases.Prepared``'s callables).
 
 ``setup_cache`` runs once per class and run: it measures this machine's GEMM peaks (the ceiling of
 ``track_fraction_of_peak``) and records the machine's metadata next to asv's results

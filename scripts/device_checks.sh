@@ -6,10 +6,11 @@
 # report into OUT (default results/device-checks). Every step runs even if one before it failed; the
 # exit code is the number of steps that failed.
 #
-#     bash scripts/device_checks.sh            # or: OUT=/some/dir PYTHON=.venv/bin/python bash ...
+#     bash scripts/device_checks.sh            # or: OUT=/some/dir PYTHON=.venv/bin/python MACHINE=h200 bash ...
 set -u
 OUT=${OUT:-results/device-checks}
 PY=${PYTHON:-python3}
+NAME=(); [ -n "${MACHINE:-}" ] && NAME=(--machine "$MACHINE")   # the machine's label in reports (default: hostname)
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd)
 mkdir -p "$OUT"
 RUN=$OUT/run
@@ -34,7 +35,7 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
     step machine 0 "$PY" -c "import torch; print(torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
     step cuda-tests 0 "$PY" -m pytest -q -p no:cacheprovider tests/test_devices.py
     step nccl-1-rank 0 "$PY" -m torch.distributed.run --nproc_per_node=1 -m benchmarks.distributed --grid quick \
-        --backend nccl --out "$RUN" --min-run-time 0.1
+        --backend nccl --out "$RUN" --min-run-time 0.1 "${NAME[@]}"
     gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
     if [ "${gpus:-0}" -ge 2 ]; then
         step nccl-2-ranks 0 "$PY" -m torch.distributed.run --nproc_per_node=2 -m benchmarks.distributed --grid quick \
@@ -43,7 +44,7 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
         step nccl-2-ranks-one-gpu nonzero "$PY" -m torch.distributed.run --nproc_per_node=2 -m benchmarks.distributed \
             --grid quick --backend nccl --out "$RUN"
     fi
-    step quick-grid-cuda 0 "$PY" -m benchmarks.runner --grid quick --device cuda --out "$RUN" --no-progress
+    step quick-grid-cuda 0 "$PY" -m benchmarks.runner --grid quick --device cuda --out "$RUN" --no-progress "${NAME[@]}"
     step report 0 "$PY" -m reports build "$RUN" --report "$OUT/report"
     step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --rounds 5 \
         --record "$OUT/compare-with-torch-cuda.json"

@@ -4,7 +4,7 @@ short busy check."""
 import pytest
 import torch
 
-from benchmarks.core import runner
+from benchmarks.core import machine, runner
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
@@ -21,3 +21,10 @@ def _short_busy_check(monkeypatch):
     """Every run watches the cores for half a second before it starts (runner.machine_busy); the tests make
     dozens of short runs in one process, so there it watches for 50 ms (its own test sets what it needs)."""
     monkeypatch.setattr(runner, "BUSY_SAMPLE_S", 0.05)
+
+
+@pytest.fixture
+def fake_peaks(monkeypatch):
+    """Known GEMM peaks instead of a calibration: fractions of peak become checkable, runs start at once."""
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
+        machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})

@@ -1,7 +1,6 @@
 """Machine metadata, thread counts, GEMM calibration and NVML telemetry (with a fake NVML)."""
 
 import os
-import sys
 import types
 
 import pytest
@@ -64,7 +63,7 @@ def test_telemetry_sampling_with_a_fake_nvml(monkeypatch):
         nvmlDeviceGetPowerUsage=lambda h: 250_000, nvmlDeviceGetClockInfo=lambda h, c: 1500 if c == 0 else 2600,
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=80),
         nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy))
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(telemetry, "pynvml", fake)
     assert telemetry.available()
     calls = []
     t = telemetry.sample(lambda: calls.append(1), min_time=0.05, interval=0.005)
@@ -77,5 +76,5 @@ def test_telemetry_unavailable_without_nvml(monkeypatch):
     def broken():
         raise OSError("NVML Shared Library Not Found")
 
-    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=broken))
+    monkeypatch.setattr(telemetry, "pynvml", types.SimpleNamespace(nvmlInit=broken))
     assert not telemetry.available()

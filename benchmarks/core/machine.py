@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 
+import pynvml  # nvidia-ml-py: loads NVML only when nvmlInit is called
 import torch
 import torch.utils.benchmark as tbench
 
@@ -51,8 +52,6 @@ def _gpu() -> dict:
             "gpu_memory_bytes": props.total_memory, "gpu_driver": None,
             "gpu_compute_capability": f"{props.major}.{props.minor}"}
     try:
-        import pynvml
-
         pynvml.nvmlInit()
         try:
             info["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()

@@ -3,8 +3,7 @@
 ``sample(fn, device_index, min_time)`` calls ``fn`` repeatedly for at least ``min_time`` seconds
 while a background thread polls NVML, and returns the averages, the energy the GPU drew (from its
 energy counter where the GPU has one, else power integrated over time) and the number of calls.
-``available()`` says whether NVML answers on this machine; nothing is imported or initialised at
-import time.
+``available()`` says whether NVML answers on this machine; NVML is not initialised at import time.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import pynvml  # nvidia-ml-py: loads NVML only when nvmlInit is called
 
 
 @dataclass
@@ -33,8 +34,6 @@ class Telemetry:
 
 
 def _nvml():
-    import pynvml
-
     pynvml.nvmlInit()
     return pynvml
 

@@ -1,0 +1,125 @@
+"""Bad command-line values are refused before anything runs, naming the value and what is allowed, and
+replace nothing already measured."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from run_helpers import PLAN, cli, in_process, measure
+
+from benchmarks.core import runner
+from reports import tidy
+from reports.__main__ import main as reports_main
+from reports.analyses import c1_length, heads
+
+
+@pytest.mark.slow
+def test_min_run_time_nan_in_a_real_subprocess(tmp_path):
+    done = cli("--min-run-time", "nan", "--out", str(tmp_path / "run"), "--no-progress")
+    assert done.returncode == 2 and "--min-run-time: must be a finite number of seconds > 0, got 'nan'" in done.stderr
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "abc"])
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, module):
+    code, err = in_process(capsys, f"--min-run-time={value}", "--out", str(tmp_path / "run"), "--no-progress",
+                           module=module)
+    assert code == 2 and "--min-run-time" in err and value in err
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "five"])
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_rounds_must_be_a_whole_number_of_at_least_one(tmp_path, capsys, value, module):
+    code, err = in_process(capsys, f"--rounds={value}", "--out", str(tmp_path / "run"), "--no-progress",
+                           module=module)
+    assert code == 2 and f"--rounds: must be a whole number >= 1, got {value!r}" in err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_python_api_refuses_nan_seconds(tmp_path):
+    with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got nan"):
+        runner.Runner(str(tmp_path), min_run_time=float("nan"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, module):
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("a good report")
+    done = cli("--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report), "--no-progress",
+               module=module) if module == "reports" else cli("--device", "cuda", "--out", str(tmp_path / "run"),
+                                                                module=module)
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and "allowed here: cpu" in done.stderr
+    assert (report / "index.html").read_text() == "a good report" and not os.path.exists(tmp_path / "run")
+
+
+def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
+    cuda_only = [("attention", {"seq_len": 128, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
+                                "device": "cuda"})]
+    run = measure(tmp_path / "run", cuda_only)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("a good report")
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA case runs here")
+    assert reports_main(["build", run, "--report", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert "no case was measured" in err and "skipped" in err and "left as it is" in err
+    assert (report / "index.html").read_text() == "a good report"
+
+
+@pytest.mark.slow
+def test_replacing_a_report_says_what_it_replaced(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "replaced" not in capsys.readouterr().err
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert f"replaced the report in {tmp_path / 'r'}" in err and run in err
+
+
+@pytest.mark.parametrize("make_bad", [
+    lambda p: p.write_text("a file") and str(p),  # --out is a file
+    lambda p: p.write_text("a file") and str(p / "sub"),  # its parent is a file
+])
+def test_an_output_path_that_cannot_be_a_folder_is_refused_before_measuring(tmp_path, capsys, make_bad):
+    bad = make_bad(tmp_path / "taken")
+    for module in ("reports", "benchmarks.runner", "benchmarks.profile"):
+        extra = ["--set", "quick"] if module == "benchmarks.profile" else ["--grid", "quick", "--no-progress"]
+        code, err = in_process(capsys, "--out", bad, *extra, module=module)
+        assert code == 2 and bad in err and "--out" in err, err
+    assert (tmp_path / "taken").read_text() == "a file"
+    code, err = in_process(capsys, "--report", str(tmp_path / "taken" / "r"), "--out", str(tmp_path / "run"),
+                           "--no-progress")
+    assert code == 2 and "--report" in err and not os.path.exists(tmp_path / "run" / "cases")
+
+
+def test_a_folder_that_cannot_be_written_is_refused(tmp_path, capsys):
+    unwritable = "/proc/attention-bench-run"  # not writable, not even by root
+    code, err = in_process(capsys, "--out", unwritable, "--no-progress", module="benchmarks.runner")
+    assert code == 2 and f"--out {unwritable!r}: cannot write there" in err
+
+
+def test_csv_to_a_missing_folder_is_a_clear_error(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    assert reports_main(["csv", run, "--out", "/nonexistent/dir/x.csv"]) == 2
+    assert "the folder '/nonexistent/dir' does not exist" in capsys.readouterr().err
+    assert reports_main(["csv", run, "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
+    cuda_models = [("models", {**PLAN[0][1], "device": "cuda"})]
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA case runs here")
+    t = tidy.load([measure(tmp_path / "run", cuda_models + [("depth", {"model": "transformer", "preset": "tiny",
+                                                                         "mode": "forward", "seq_len": 8})])])
+    c1 = c1_length.analyse_sequence_length(t)
+    assert "all 3 cases of the models area were run and none was measured" in c1.verdict
+    assert "skipped" in c1.verdict and "CUDA" in c1.verdict
+    assert heads.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."

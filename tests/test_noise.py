@@ -1,0 +1,105 @@
+"""Noise: each CPU time's interleaved control and normalised time, rounds normalised round by round, a busy
+machine warned about."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import pandas as pd
+import pytest
+from run_helpers import PLAN, measure
+
+from benchmarks.core import machine, records, runner
+from reports import tidy
+
+# -- noise: interleaved control, normalised times, busy machine, noisy cases --------------------
+
+def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_peaks):
+    from reports.analyses import noise
+
+    a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
+    recs = [records.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
+    timed = [r for r in recs if r["status"] == "ok" and "time_median_s" in r]
+    assert timed and all(r["control_flops_per_s"] > 0 and r["load_average"] is not None for r in timed)
+    t = tidy.load([a, b])
+    raw, norm = (t[(t.metric == m) & (t.run == os.path.normpath(a))].set_index(["area", "method", "model"]).value
+                 for m in ("time", "time_normalised"))
+    assert len(raw) == len(norm) and set(raw.index) == set(norm.index)
+    assert (norm / raw[norm.index]).between(0.1, 10).all()
+    agree = noise.agreement(t, os.path.normpath(a), os.path.normpath(b))
+    assert set(agree.index) <= {"time", "time_normalised"} and (agree.worst_gap >= agree.median_gap).all()
+
+
+def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(tmp_path):
+    """30 cases timed in 2 interleaved rounds. In round 1 the machine's speed flips from case to case (control
+    100 then 50 GFLOP/s, the case taking 1 s then 2 s); in round 2 it runs at half speed throughout (50, 2 s).
+    Each round scaled by its own control to the run's typical control (50), every case takes 2 s: the
+    flips are gone, which a median over neighbouring controls (75 in round 1) would have smeared, and so
+    would a control for the record as a whole. The raw time is the median of the rounds; the best round is
+    the faster one."""
+    from benchmarks.core.measure import combined
+    from reports.analyses import noise
+
+    (tmp_path / "cases").mkdir()
+    records.write_json_atomic(str(tmp_path / "machine.json"), {
+        "machine": {**machine.metadata(), "hostname": "vm"}, "gemm_peaks": {}, "commit": "a" * 40, "name": "vm"})
+    at = lambda s: f"2026-12-04T08:{s // 60:02d}:{s % 60:02d}+00:00"  # noqa: E731
+    one = lambda start, t, control: {"started_at": at(start), "median_s": t, "q25_s": t, "q75_s": t, "blocks": 1,  # noqa: E731
+                                     "calls_per_block": 1, "control_flops_per_s": control}
+    for i in range(30):
+        fast = i % 2 == 0
+        rounds = [one(i, 1.0 if fast else 2.0, 100e9 if fast else 50e9), one(100 + i, 2.0, 50e9)]
+        params = {"heads": i + 1, "strategy": "sdpa", "out_proj": True, "device": "cpu"}
+        path = tmp_path / "cases" / (records.case_key("multihead", "forward", params) + ".json")
+        records.write_json_atomic(str(path), {
+            "area": "multihead", "method": "forward", "params": params, "status": "ok", "reason": None,
+            "commit": "a" * 40, "started_at": at(i), "threads": 2, **combined(rounds)})
+    t = tidy.load([str(tmp_path)]).sort_values("heads")
+    value = lambda metric: t[t.metric == metric].value.tolist()  # noqa: E731
+    assert value("time") == [1.5, 2.0] * 15
+    assert value("time_normalised") == pytest.approx([2.0] * 30)
+    assert value("time_best_round") == [1.0, 2.0] * 15
+    span = tidy.runs(t).iloc[0]  # the run lasted until its last round, not its first
+    assert (span["first"], span["last"]) == (pd.Timestamp(at(0)), pd.Timestamp(at(129)))
+    assert set(noise.AGREEMENT_METRICS) >= {"time", "time_normalised", "time_best_round"}
+
+
+def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):
+    import threading
+
+    assert 0 <= runner.cpu_busy(0.2) <= 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(runner, "cpu_busy", lambda seconds=0.5: 0.93)
+    measure(tmp_path / "run", PLAN[:1])
+    assert "already busy (other processes use 93% of its 1 cores)" in capsys.readouterr().err
+    monkeypatch.undo()
+    stop = time.time() + 1.0
+    spinners = [threading.Thread(target=lambda: [0 for _ in iter(lambda: time.time() > stop, True)])
+                for _ in range(os.cpu_count() or 1)]
+    for s in spinners:  # a real busy machine, from this process (threads run while it sleeps)
+        s.start()
+    measured = runner.cpu_busy(0.5)
+    for s in spinners:
+        s.join()
+    assert measured > 0.3  # Python threads share one core at a time: at least one core is busy
+
+
+def test_normalised_times_follow_the_machines_drift_not_one_noisy_control():
+    base = {"source": "runner", "run": "r", "machine": "vm", "commit": None}
+
+    def record(i, control):
+        return {"area": "models", "method": "forward", "params": {"seq_len": i}, "status": "ok", "reason": None,
+                "started_at": f"2026-12-04T{i // 60:02d}:{i % 60:02d}:00", "threads": 2, "time_median_s": 1.0,
+                "time_q25_s": 1.0, "time_q75_s": 1.0, "time_iqr_s": 0.0, "control_flops_per_s": control}
+
+    # the machine runs at full speed (100) for 40 cases, then at half speed (50) for 40: a slow drift,
+    # with one control that misread (5) in the middle of the fast half
+    controls = [100.0] * 40 + [50.0] * 40
+    controls[20] = 5.0
+    rows = tidy._normalised([record(i, c) for i, c in enumerate(controls)], base)
+    factor = {r["seq_len"]: r["value"] for r in rows}
+    typical = statistics.median(controls)  # the run's typical speed
+    assert factor[5] == pytest.approx(100 / typical) and factor[70] == pytest.approx(50 / typical)
+    assert factor[20] == pytest.approx(100 / typical)  # the misread control is outvoted by its neighbours

@@ -1,0 +1,202 @@
+"""Run folders under faults: runs kept apart and never pooled, a run without a commit kept, damaged records
+named and set aside, out of memory recorded, the run summary."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from run_helpers import PLAN, files, measure
+
+from benchmarks.core import records, runner
+from reports import tidy
+from reports.__main__ import main as reports_main
+from reports.analyses import registry, runs
+
+
+def test_git_failure_is_recorded_with_its_reason(monkeypatch):
+    monkeypatch.setenv("GIT_DIR", "/nonexistent")  # git cannot read the checkout
+    sha, why = records.git_head()
+    assert sha is None and "git rev-parse HEAD failed" in why
+
+
+@pytest.mark.slow
+def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(tmp_path, fake_peaks, monkeypatch):
+    with_commit = measure(tmp_path / "with-commit")
+    monkeypatch.setattr(runner, "git_head", lambda: (None, "git rev-parse HEAD failed: dubious ownership"))
+    monkeypatch.setattr(runner, "commit", lambda: None)
+    without = measure(tmp_path / "no-commit")  # measured later: the latest run
+    t = tidy.load([with_commit, without])
+    listed = tidy.runs(t)
+    assert listed.loc[os.path.normpath(without), "commit"] == "none: git rev-parse HEAD failed: dubious ownership"
+    used = runs.latest(t)
+    assert set(used.run) == {os.path.normpath(without)} and (used.status == "ok").any()
+    first = registry.run_all(t)[0]
+    assert "no models results" not in first.missing and "as fast" in first.verdict  # not "No ... results"
+    assert reports_main(["build", with_commit, without, "--report", str(tmp_path / "r")]) == 0
+    page = open(tmp_path / "r" / "index.html").read()
+    assert "dubious ownership" in page and "<img" in page
+
+
+def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
+    old = measure(tmp_path / "quick")
+    new = measure(tmp_path / "default", PLAN[:1])  # later, fewer cases
+    t = tidy.load([old, new])
+    used = runs.latest(t)
+    assert set(used.run) == {os.path.normpath(new)}
+    assert set(used[used.area == "models"].model.dropna()) == {"transformer"}  # nothing borrowed from the older run
+    assert len(used[used.metric == "gemm_peak_flops_per_s"]) == len(t[(t.metric == "gemm_peak_flops_per_s")
+                                                                      & (t.run == os.path.normpath(new))])
+    page = tmp_path / "r"
+    assert reports_main(["build", old, new, "--report", str(page)]) == 0
+    assert "no: an older run of this machine" in open(page / "index.html").read()
+
+
+def test_the_same_folder_twice_is_read_once_and_compare_needs_two_runs(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "a")
+    once = tidy.load([run])
+    assert len(tidy.load([run, run + "/", str(tmp_path / "." / "a")])) == len(once)
+    before = files(tmp_path)
+    for argv in (["compare", run, run], ["compare", run]):
+        assert reports_main(argv + ["--report", str(tmp_path / "cmp")]) == 2
+        assert "compare needs two runs or more" in capsys.readouterr().err
+    assert files(tmp_path) == before and not os.path.exists(tmp_path / "cmp")
+
+
+# -- corrupt records, empty folders and the end-of-run summary ---------------------------
+
+@pytest.mark.slow
+def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_remeasured(tmp_path, fake_peaks,
+                                                                                          capsys):
+    run = measure(tmp_path / "run")
+    cut = sorted((tmp_path / "run" / "cases").iterdir())[0]
+    whole = cut.read_text()
+    cut.write_text(whole[: len(whole) // 2])
+    t = tidy.load([run])  # the report reads the rest and names the bad file
+    bad = t[t.status == "unreadable"]
+    assert len(bad) == 1 and cut.name in bad.reason.iloc[0] and "JSONDecodeError" in bad.reason.iloc[0]
+    assert bad.area.iloc[0] == "models" and bad.seq_len.iloc[0] == 16  # which case, from the file name
+    assert (t.status == "ok").sum() > 0
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "1 unreadable records skipped" in open(tmp_path / "r" / "index.html").read()
+    capsys.readouterr()
+
+    others = {p.name: p.read_text() for p in (tmp_path / "run" / "cases").iterdir() if p != cut}
+    r = runner.Runner(run, min_run_time=0.01, name="vm")
+    counts = r.run(PLAN, progress=False)  # resuming sets it aside and measures that method again, only it
+    assert counts["resumed"] == 1 and counts["ok"] == 1
+    assert {p.name: p.read_text() for p in (tmp_path / "run" / "cases").iterdir() if p != cut} == others
+    assert records.read_json(str(cut))["status"] == "ok"
+    kept = os.listdir(tmp_path / "run" / "set-aside")
+    assert len(kept) == 1 and (tmp_path / "run" / "set-aside" / kept[0]).read_text() == whole[: len(whole) // 2]
+    text = r.summary(counts)
+    assert "set aside      1 unreadable records" in text and f"results in     {run}" in text
+    assert cut.name in capsys.readouterr().err
+
+
+def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_report(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run")
+    (tmp_path / "run" / "machine.json").write_text("{")
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 2
+    assert "machine.json: not a JSON record" in capsys.readouterr().err
+    runner.Runner(run, min_run_time=0.01, name="vm").run(PLAN, progress=False)
+    assert records.read_json(str(tmp_path / "run" / "machine.json"))["gemm_peaks"]
+
+
+def test_a_folder_interrupted_after_calibration_gets_a_one_line_error(tmp_path, fake_peaks, capsys):
+    r = runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="vm")
+    r.calibrate([1])  # machine.json written, no case yet
+    assert reports_main(["build", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no case was measured (no case records)") and "Traceback" not in err
+
+
+def test_the_run_summary_names_skips_failures_and_noisy_cases():
+    ok = {"area": "models", "method": "forward", "params": {"seq_len": 16}, "status": "ok", "reason": None,
+          "time_median_s": 1.0, "time_iqr_s": 0.5}
+    skipped = {**ok, "status": "skipped", "reason": "needs a CUDA device"}
+    failed = {**ok, "status": "failed", "reason": "RuntimeError: boom"}
+    text = runner.summary("out", [ok, skipped, skipped, failed], {"ok": 1, "skipped": 2, "failed": 1}, [])
+    assert "skipped        2: 2 × needs a CUDA device" in text and "failed         1: 1 × RuntimeError: boom" in text
+    assert "noisy          1 with IQR/median > 10%: models--forward--seq_len=16 (50%)" in text
+    assert "unreplicated   0 timed over fewer than 3 values" in text  # no sample count: an older record
+    once = {**ok, "params": {"seq_len": 64}, "time_median_s": 0.7, "time_iqr_s": 0.0, "samples": 1}
+    text = runner.summary("out", [ok, {**ok, "samples": 40}, once], {"ok": 3}, [])
+    assert ("unreplicated   1 timed over fewer than 3 values, so no spread measured (--rounds R times each R times, "
+            "spread over the run): models--forward--seq_len=64 (0.7 s)") in text
+    # the two with a wide spread; the one-value case's spread is unknown, not wide
+    assert "noisy          2 with" in text
+
+
+def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
+    from reports import html
+    from reports.analyses import noise
+
+    base = {"source": "runner", "run": "r", "machine": "m", "commit": "c", "area": "models", "method": "forward",
+            "metric": "time", "unit": "s", "status": "ok", "model": "transformer", "device": "cpu"}
+    base["date"] = "2026-12-04T08:00:00+00:00"
+    t = tidy._frame([{**base, "seq_len": 16, "value": 0.2, "q25": 0.19, "q75": 0.21, "iqr": 0.02, "samples": 9},
+                     {**base, "seq_len": 64, "value": 0.7, "q25": 0.7, "q75": 0.7, "iqr": 0.0, "samples": 1},
+                     {**base, "seq_len": 32, "value": 0.4, "q25": 0.4, "q75": 0.4, "iqr": 0.0}])
+    thin = noise.unreplicated_cases(t)
+    assert thin.seq_len.tolist() == [64] and thin.samples.tolist() == [1]  # unknown counts are not guessed
+    page = open(html.build(t, str(tmp_path / "report"))).read()
+    assert "Unreplicated cases: timed over fewer than 3 values" in page
+    assert "<summary>1 unreplicated case</summary>" in page
+
+
+# -- out of memory: one rule for the runner and asv -----------------------------------------
+
+def test_a_cpu_out_of_memory_under_asv_is_recorded_as_out_of_memory(tmp_path, monkeypatch):
+    from test_tidy import write_asv_results
+
+    from benchmarks import bench_multihead, cases
+
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "results_dir": ".asv/results"}')
+    monkeypatch.setenv("ASV_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("ASV_ENV_NAME", "virtualenv-py3.11-torch2.13.0")
+
+    def build(area, values):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 68719476736 bytes")
+
+    monkeypatch.setattr(cases, "build", build)
+    monkeypatch.setattr(cases, "on_grid", lambda area, values: True)
+    bench = bench_multihead.MultiHeadAttention()
+    with pytest.raises(cases.Skip, match="out of memory: .*can't allocate memory"):
+        bench.setup({}, 1, "batched", True, "cuda")  # asv then records a skip: no value
+    root = str(tmp_path / ".asv" / "results")
+    write_asv_results(root)  # its (h 1, batched, W_O, cuda) case has no value, as asv stores a skip
+    t = tidy.load([root])
+    row = t[(t.metric == "time") & (t.heads == 1) & (t.device == "cuda")].iloc[0]
+    assert row.status == "oom" and "can't allocate memory" in row.reason
+    assert t[(t.metric == "time") & (t.heads == 8) & (t.device == "cuda")].status.iloc[0] == "skipped"
+
+
+def test_a_cpu_out_of_memory_in_the_runner_is_recorded_and_the_run_goes_on(tmp_path, fake_peaks, monkeypatch):
+    from benchmarks import cases
+
+    real = cases.build
+
+    def build(area, params):
+        if params["model"] == "transformer":
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return real(area, params)
+
+    monkeypatch.setattr(cases, "build", build)
+    r = runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="vm")
+    counts = r.run(PLAN, progress=False)
+    assert counts["oom"] == 3 and counts["ok"] == 3  # the RNN case still measured
+    assert "out of memory  3: 3 × DefaultCPUAllocator: can't allocate memory" in r.summary(counts)
+
+
+def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
+    run = measure(tmp_path / "run")
+    oom = {"area": "models", "method": "forward", "status": "oom",
+           "reason": "DefaultCPUAllocator: can't allocate memory",
+           "params": {**PLAN[0][1], "seq_len": 4096}, "commit": records.commit(), "started_at": None}
+    records.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
+    limits = runs.memory_limits(tidy.load([run]))
+    assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
