@@ -18,11 +18,13 @@ import socket
 import sys
 import time
 
+import torch
 import torch.distributed as dist
 
 from . import cases
 from .core import guards, pipeline
 from .core.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
+from .core.lock import FolderBusy, FolderLock
 from .core.ranks import RankGuard
 from .core.records import case_key
 from .core.runner import Runner
@@ -44,6 +46,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     rank, world = dist.get_rank(), dist.get_world_size()
+    lock, busy = (FolderLock(out), None) if rank == 0 else (None, None)  # one writer per run folder
+    if lock is not None:
+        try:
+            lock.acquire()
+        except FolderBusy as error:
+            busy = error
+    flag = torch.tensor([int(busy is None)], device=device)  # NCCL reduces GPU tensors only
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)  # every rank learns whether rank 0 holds the folder
+    if not flag.item():
+        if busy is not None:
+            print(f"error: {busy}", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
+    try:
+        return _measure(args, out, todo, backend, device, rank, world)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, world: int) -> int:
+    """Every case on every rank in lockstep; rank 0 writes each record once all ranks have measured it."""
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())  # ranks on one machine share its cores
     runner = Runner(out, min_run_time=args.min_run_time, name=pipeline.machine_name(args)) if rank == 0 else None

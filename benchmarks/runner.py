@@ -22,9 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run = pipeline.plan_run(args, args.area)
+    except pipeline.FolderBusy as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ValueError as error:
         parser.error(str(error))
-    _, total = pipeline.measure_grid(run, progress=not args.no_progress)
+    try:
+        _, total = pipeline.measure_grid(run, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(run.interrupted(), file=sys.stderr)
+        return 130
+    finally:
+        run.release()
     if run.ranks.world > 1 and run.ranks.rank == 0:
         print(f"all {run.ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
     return 0

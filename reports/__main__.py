@@ -79,12 +79,18 @@ def measure(args) -> int:
     print(f"Measuring the {args.grid!r} grid ({len(run.todo)} cases) into {out}"
           + (f", rank {ranks.rank} of {ranks.world}: {len(run.share)} cases" if ranks.world > 1 else ""),
           file=sys.stderr)
-    pipeline.measure_grid(run, progress=not args.no_progress)
-    if ranks.rank != 0:
-        return 0
-    if not args.no_profile:
-        profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
-        print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+    try:
+        pipeline.measure_grid(run, progress=not args.no_progress)
+        if ranks.rank != 0:
+            return 0
+        if not args.no_profile:
+            profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+            print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+    except KeyboardInterrupt:
+        print(run.interrupted(), file=sys.stderr)
+        return 130
+    finally:
+        run.release()
     index = _report([out], args.report)
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
     print(os.path.abspath(index))

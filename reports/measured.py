@@ -15,13 +15,12 @@ rendering, so the docs cannot drift from what a run printed.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import statistics
 
 from benchmarks.core import machine
-from benchmarks.core.records import write_json_atomic
+from benchmarks.core.records import read_json, write_json_atomic
 
 from .analyses.noise import AGREEMENT_METRICS, rounds_told
 
@@ -202,5 +201,10 @@ def refresh(page: str, root: str = ".") -> int:
 
 
 def load(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """A saved record this module renders (a report's report.json or a script's --record); a ValueError naming
+    the file when it is not JSON or not such a record (a runner's machine.json or a case record, say)."""
+    record = read_json(path)
+    if "kind" not in record and "analyses" not in record:
+        raise ValueError(f"{path}: not a saved report or script record (it has neither 'analyses' nor 'kind'); "
+                         "give a report's report.json or a script's --record, as kept under docs/measured/")
+    return record

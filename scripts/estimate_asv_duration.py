@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import pkgutil
 import sys
@@ -41,9 +42,18 @@ def processes(grid: str) -> int:
             for name, cls in vars(importlib.import_module(f"benchmarks.{m.name}")).items():
                 if isinstance(cls, type) and not name.startswith("_") and cls.__module__.endswith(m.name):
                     methods = [x for x in dir(cls) if x.startswith(("time_", "track_", "peakmem_"))]
-                    combos = len(cases.combinations(cls.area, grid)) if hasattr(cls, "area") else 6
-                    count += combos * len(methods)
+                    count += _combinations(cls, grid) * len(methods)
     return count
+
+
+def _combinations(cls, grid: str) -> int:
+    """The parameter combinations asv runs a class over: a grid area's cases, or the class's own params (the
+    head-parallel class, the GEMM calibration)."""
+    if getattr(cls, "area", None) in cases.GRIDS[grid]:
+        return len(cases.combinations(cls.area, grid))
+    params = getattr(cls, "params", ())
+    params = params if params and isinstance(params[0], (list, tuple)) else [params]
+    return math.prod(len(p) for p in params) if params and params[0] else 1
 
 
 def time_benchmark(setup: float, t: float) -> float:
@@ -62,7 +72,8 @@ def case_seconds(times: dict[str, float]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a runner folder measured over the grid to estimate")
-    parser.add_argument("--grid", default="full", help="the grid that folder measured (default full)")
+    parser.add_argument("--grid", default="full", choices=list(cases.GRIDS),
+                        help="the grid that folder measured (default full)")
     args = parser.parse_args()
     t = tidy.load([args.run])
     times = t[(t.metric == "time") & (t.status == "ok") & (t.area != "gemm")].copy()

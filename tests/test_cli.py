@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 import pytest
+from run_helpers import measure
 
 from benchmarks import cases
 from benchmarks.core import machine
@@ -137,3 +138,14 @@ def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, scri
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", script)
     done = subprocess.run([sys.executable, path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+def test_the_asv_duration_estimate_reads_a_real_runner_folder(tmp_path, fake_peaks):
+    """As the docs show it, on a folder the runner measured (whose grid's asv classes include the head-parallel
+    one, whose area no grid has)."""
+    run = measure(tmp_path / "run")
+    done = subprocess.run([sys.executable, os.path.join(SCRIPTS, "estimate_asv_duration.py"), run, "--grid", "quick"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"2 measured CPU cases in {run}" in done.stdout and "benchmark processes" in done.stdout

@@ -40,11 +40,23 @@ def test_rounds_must_be_a_whole_number_of_at_least_one(tmp_path, capsys, value, 
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.parametrize("value", ["101", "99999999999999999999"])
+@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
+def test_rounds_are_bounded_instead_of_running_until_killed(tmp_path, capsys, value, module):
+    code, err = in_process(capsys, f"--rounds={value}", "--out", str(tmp_path / "run"), "--no-progress",
+                           module=module)
+    assert code == 2 and f"--rounds: must be a whole number from 1 to 100, got {value!r}" in err
+    assert not os.path.exists(tmp_path / "run")
+    with pytest.raises(ValueError, match="rounds must be a whole number from 1 to 100, got 101"):
+        runner.Runner(str(tmp_path / "api"), rounds=101)
+
+
 def test_python_api_refuses_nan_seconds(tmp_path):
     with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got nan"):
         runner.Runner(str(tmp_path), min_run_time=float("nan"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
 def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, module):
@@ -123,3 +135,14 @@ def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
     assert "all 3 cases of the models area were run and none was measured" in c1.verdict
     assert "skipped" in c1.verdict and "CUDA" in c1.verdict
     assert heads.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."
+
+
+def test_measured_names_a_file_that_is_not_a_saved_record(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run", PLAN[:1])
+    machine_json = os.path.join(run, "machine.json")
+    assert reports_main(["measured", machine_json]) == 2
+    assert f"{machine_json}: not a saved report or script record" in capsys.readouterr().err
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"analyses": [')
+    assert reports_main(["measured", str(cut)]) == 2
+    assert f"{cut}: not a JSON record" in capsys.readouterr().err

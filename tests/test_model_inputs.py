@@ -55,6 +55,10 @@ def test_attention_scale_must_be_finite_and_positive(scale):
     (lambda: flops.rnn_attention(RNNAttentionConfig.preset("tiny"), 2, 16, -1), "n_tgt", "-1"),
     (lambda: flops.rnn_attention_generate(RNNAttentionConfig.preset("tiny"), 0, 16, 4), "batch", "0"),
     (lambda: flops.useful_attention_flops(2, 16, 16, -64), "d_head", "-64"),
+    # a dropout probability out of [0, 1) is refused as TransformerConfig refuses it, whatever the strategy
+    (lambda: flops.multi_head_attention(2, 5, 16, 4, dropout_p=1.5), "dropout_p", "1.5"),
+    (lambda: flops.attention(2, 5, 5, 4, dropout_p=-0.1), "dropout_p", "-0.1"),
+    (lambda: flops.sdpa_recomputes(8, dropout_p=1.0), "dropout_p", "1.0"),
 ])
 def test_flop_functions_refuse_non_positive_sizes_naming_the_argument(call, named, shown):
     with pytest.raises(ValueError) as error:

@@ -3,12 +3,17 @@ named and set aside, out of memory recorded, the run summary."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
-from run_helpers import PLAN, files, measure
+from run_helpers import PLAN, ROOT, files, in_process, measure
 
-from benchmarks.core import records, runner
+from benchmarks.core import lock, records, runner
+from benchmarks.core import measure as measure_
 from reports import tidy
 from reports.__main__ import main as reports_main
 from reports.analyses import registry, runs
@@ -200,3 +205,85 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
     assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
+
+
+# -- one writer per run folder, and a run cut short by Ctrl-C ---------------------------------------------------
+
+HOLD = ("import sys, time\nfrom benchmarks.core.lock import FolderLock\nheld = FolderLock(sys.argv[1]).acquire()\n"
+        "print('held', flush=True)\ntime.sleep(60)\n")
+
+
+@pytest.mark.parametrize("module", ["benchmarks.runner", "reports"])
+def test_a_second_writer_is_refused_naming_the_folder_and_its_holder(tmp_path, fake_peaks, capsys, module):
+    run = measure(tmp_path / "run", PLAN[:1])
+    before = files(run)
+    with lock.FolderLock(run):  # the OS lock conflicts across open files, so a holder in this process will do
+        report = ["--report", str(tmp_path / "report")] if module == "reports" else []
+        code, err = in_process(capsys, "--grid", "quick", "--device", "cpu", "--out", run, "--no-progress", *report,
+                               module=module)
+    assert code == 2
+    assert f"{run} is being written by pid {os.getpid()} on " in err and "one writer per run folder" in err
+    assert {k: v for k, v in files(run).items() if not k.startswith(".lock")} == before  # nothing measured
+    assert not os.path.exists(tmp_path / "report" / "index.html")  # no report written
+
+
+@pytest.mark.slow
+def test_a_writer_in_another_process_holds_the_folder(tmp_path, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(lock.FolderBusy, match=f"{tmp_path} is being written by pid {holder.pid} on "):
+            lock.FolderLock(str(tmp_path)).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    with lock.FolderLock(str(tmp_path)):  # its process gone, the OS released the lock
+        pass
+    assert f"took over {tmp_path} from pid {holder.pid}" in capsys.readouterr().err
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_warning(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    records.write_json_atomic(str(tmp_path / lock.OWNER), {"pid": pid, "host": socket.gethostname(),
+                                                           "command": "python -m reports", "started": "earlier"})
+    with lock.FolderLock(str(tmp_path)):
+        assert json.loads((tmp_path / lock.OWNER).read_text())["pid"] == os.getpid()
+    err = capsys.readouterr().err
+    assert f"took over {tmp_path} from pid {pid} on {socket.gethostname()} (python -m reports" in err
+    assert not (tmp_path / lock.OWNER).exists()  # released cleanly: nothing to take over next time
+    with lock.FolderLock(str(tmp_path)):
+        pass
+    assert "took over" not in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_the_summary_so_far_exits_130_and_releases_the_folder(tmp_path, fake_peaks, capsys,
+                                                                           monkeypatch):
+    real, calls = measure_.measure, []
+
+    def interrupted(case, method, **kw):
+        calls.append(method)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(case, method, **kw)
+
+    monkeypatch.setattr(measure_, "measure", interrupted)
+    out = tmp_path / "run"
+    code, err = in_process(capsys, "--grid", "quick", "--area", "multihead", "--device", "cpu", "--out", str(out),
+                           "--no-progress", module="benchmarks.runner")
+    assert code == 130 and "Traceback" not in err
+    assert "interrupted: every record written so far is whole" in err and "run the same command again" in err
+    assert "Run summary" in err and "measured       1" in err
+    with lock.FolderLock(str(out)):  # released: the next run can start
+        pass
+
+
+def test_a_truncated_profile_is_named_and_left_out_and_the_report_is_built(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run", PLAN[:1])
+    cut = tmp_path / "run" / "profiles" / "models--forward--cut" / "profile.json"
+    cut.parent.mkdir(parents=True)
+    cut.write_text('{"area": "models", "components": [')
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert f"{cut}: not a JSON record" in err and "this profile is left out" in err
+    assert (tmp_path / "r" / "index.html").exists()

@@ -170,7 +170,7 @@ def test_bad_input_names_the_value_and_what_is_allowed(tmp_path):
     with pytest.raises(ValueError, match="min_run_time must be a finite number of seconds > 0, got -1"):
         runner.Runner(str(tmp_path), min_run_time=-1)
     for bad in (0, -2, 1.5, True):
-        with pytest.raises(ValueError, match=f"rounds must be a whole number >= 1, got {bad!r}"):
+        with pytest.raises(ValueError, match=f"rounds must be a whole number from 1 to 100, got {bad!r}"):
             runner.Runner(str(tmp_path), rounds=bad)
     assert {p.get("device", "cpu") for _, p in runner.plan("quick", None, ["cpu"])} == {"cpu"}
 

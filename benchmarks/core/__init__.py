@@ -10,6 +10,7 @@
     profiler      torch.profiler breakdowns in the paper's components, memory, traces
     head_parallel the heads split over ranks, measured in lockstep
     runner        a grid swept into a run folder, resumable; the run summary
+    lock          one writer per run folder
     ranks         a grid spread over torchrun's ranks; a stopped rank's one-line exit
     pipeline      one run as every command line does it, and their shared options
 """

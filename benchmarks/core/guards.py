@@ -40,10 +40,24 @@ def count(text: str) -> int:
     return value
 
 
-def check_count(name: str, value: int) -> int:
-    """``count`` for the Python API: raise ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+#: the most rounds a run may have: each is a pass over the whole grid (the default grid's takes minutes)
+MAX_ROUNDS = 100
+
+
+def rounds(text: str) -> int:
+    """argparse ``type=`` for ``--rounds``: a whole number from 1 to MAX_ROUNDS."""
+    value = count(text)
+    if value > MAX_ROUNDS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_ROUNDS}, got {text!r} (each round "
+                                         "is a pass over the whole grid)")
+    return value
+
+
+def check_count(name: str, value: int, maximum: int | None = None) -> int:
+    """``count`` for the Python API: raise ValueError naming ``name`` (and ``maximum`` when there is one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum and value > maximum):
+        allowed = f"from 1 to {maximum}" if maximum else ">= 1"
+        raise ValueError(f"{name} must be a whole number {allowed}, got {value!r}")
     return value
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import guards
+from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
 from .runner import Runner, plan
 
@@ -35,7 +36,7 @@ def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], defau
     parser.add_argument("--min-run-time", type=guards.seconds, default=MIN_RUN_TIME,
                         help=f"seconds of timing per method (default {MIN_RUN_TIME:g})")
     if rounds:
-        parser.add_argument("--rounds", type=guards.count, default=1, metavar="R", help=ROUNDS_HELP)
+        parser.add_argument("--rounds", type=guards.rounds, default=1, metavar="R", help=ROUNDS_HELP)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -56,10 +57,20 @@ class GridRun:
     out: str
     runner: Runner
     ranks: Ranks
+    lock: FolderLock | None  # held by rank 0 for the whole command
 
     @property
     def share(self) -> list[tuple[str, dict]]:
         return self.ranks.share(self.todo)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    def interrupted(self) -> str:
+        """What an interrupted run (Ctrl-C) says: what it measured so far, and how to go on."""
+        return ("interrupted: every record written so far is whole (each is written as soon as its case ends); "
+                "run the same command again to resume.\n" + self.runner.summary(self.runner.counts))
 
 
 def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> GridRun:
@@ -68,7 +79,23 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> Gr
     todo = plan(args.grid, areas, getattr(args, "device", None))
     out = guards.writable_folder(run_folder(args), "--out")
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
-    return GridRun(todo, out, runner, Ranks())
+    ranks = Ranks()
+    return GridRun(todo, out, runner, ranks, hold(out, ranks))
+
+
+def hold(out: str, ranks: Ranks) -> FolderLock | None:
+    """Rank 0 takes the run folder's lock (``core.lock``); every rank learns whether it got it, so that a busy
+    folder stops them all with FolderBusy before anything is measured. Returns the lock on rank 0."""
+    lock, busy = (FolderLock(out), None) if ranks.rank == 0 else (None, None)
+    if lock is not None:
+        try:
+            lock.acquire()
+        except FolderBusy as error:
+            busy = error
+    if not ranks.all_agree(busy is None):
+        ranks.close()
+        raise busy or FolderBusy(f"{out} is being written by another process (rank 0 names it)")
+    return lock
 
 
 def measure_grid(run: GridRun, progress: bool = True) -> tuple[dict[str, int], dict[str, int]]:

@@ -57,7 +57,7 @@ from tqdm import tqdm
 
 from .. import cases
 from . import machine, opgraph
-from .records import case_key, classify_failure, commit, write_json_atomic
+from .records import UnreadableRecord, case_key, classify_failure, commit, read_json, write_json_atomic
 
 #: record_function label -> the component it belongs to (the paper's terms). Labels that only group
 #: others (a whole encoder, one attention block) keep the time of the operators directly inside them
@@ -370,14 +370,18 @@ def profile_case(area: str, params: dict, method: str, out: str, *, cycles: int 
 
 
 def load(folder: str) -> list[dict]:
-    """Every profile record under ``<folder>/profiles/`` (a runner output folder)."""
+    """Every profile record under ``<folder>/profiles/`` (a runner output folder). One that cannot be read
+    (cut short, say) is left out with a warning naming it; the rest are read."""
     out = []
     base = os.path.join(folder, "profiles")
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         path = os.path.join(base, name, "profile.json")
         if os.path.exists(path):
-            with open(path) as f:
-                out.append({**json.load(f), "folder": os.path.join("profiles", name)})
+            try:
+                out.append({**read_json(path), "folder": os.path.join("profiles", name)})
+            except UnreadableRecord as error:
+                print(f"warning: {error}; this profile is left out (profile the case again to replace it)",
+                      file=sys.stderr)
     return out
 
 

@@ -40,6 +40,14 @@ class Ranks:
                 runner.calibrate(sorted({p["threads"] for a, p in todo if "threads" in p}))
             self.dist.barrier()
 
+    def all_agree(self, ok: bool) -> bool:
+        """Whether every rank says ``ok`` (one all-reduce; without torchrun, ``ok`` itself)."""
+        if self.dist is None:
+            return ok
+        flag = torch.tensor([int(ok)], dtype=torch.int64)
+        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
+        return bool(flag.item())
+
     def total(self, counts: dict[str, int]) -> dict[str, int]:
         """Every rank's counts summed (on every rank); waits for all ranks to finish."""
         if self.dist is None:

@@ -78,7 +78,7 @@ class Runner:
                  name: str | None = None, rounds: int = 1):
         guards.check_seconds("min_run_time", min_run_time)
         guards.check_seconds("telemetry_time", telemetry_time)
-        self.rounds = guards.check_count("rounds", rounds)
+        self.rounds = guards.check_count("rounds", rounds, guards.MAX_ROUNDS)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
@@ -89,6 +89,8 @@ class Runner:
         self.set_aside: list[str] = []  # unreadable records moved out of the way by this run
         self.records: list[dict] = []  # the records this run wrote
         self.current: str | None = None  # the case being measured
+        self.counts: dict[str, int] = {}  # records of each status this run wrote (so far, if interrupted)
+        self.written: dict[str, dict] = {}  # each record this run wrote, its latest version, by file name
 
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
@@ -146,6 +148,7 @@ class Runner:
                   "rank": int(os.environ.get("RANK", 0)), "world_size": int(os.environ.get("WORLD_SIZE", 1)),
                   **(metrics or {})}
         write_json_atomic(self.path(case_key(area, method, params)), record)
+        self.written[case_key(area, method, params)] = record
         return record
 
     def _build(self, area: str, params: dict) -> cases.Prepared:
@@ -214,29 +217,33 @@ class Runner:
         if progress:  # the header counts what the bar counts
             rounds = f" in {self.rounds} interleaved rounds ({steps} method-rounds)" if self.rounds > 1 else ""
             print(f"{len(todo)} cases: {counts['resumed']} already recorded, {len(remaining)} to measure "
-                  f"({methods} methods, at least {self.min_run_time:g} s of timing each{rounds})", file=sys.stderr)
+                  f"({methods} methods, at least {self.min_run_time:g} s of timing each{rounds}: at least "
+                  f"{methods * self.min_run_time:.0f} s of timing in all, building and controls aside)",
+                  file=sys.stderr)
         # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
         # and second-long methods, so a moving rate swings the time left several-fold)
         bar = tqdm(total=steps, desc="measuring", unit="method" if self.rounds == 1 else "method-round",
                    disable=not progress, file=sys.stderr, smoothing=0)
-        final: dict[str, dict] = {}
-        with bar:
-            # round by round over the whole grid: each case's rounds are spread over the run, so that a slow
-            # spell of a shared machine hits one round of many cases rather than every round of a few
-            for round_ in range(1, self.rounds + 1):
-                for area, params in remaining:
-                    self.current = case_key(area, "", params).replace("----", " ") + (
-                        f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
-                    bar.set_postfix_str(self.current[:70])
-                    for record in self.run_case(area, params, peaks, round_):
-                        final[case_key(record["area"], record["method"], record["params"])] = record
-                        timed = record["status"] == "ok" and "time_median_s" in record
-                        bar.update(1 if timed else self.rounds - round_ + 1)  # nothing more to time for it
-        self._built.clear()
+        self.written = final = {}  # every record written from here on, however the run ends
+        self.counts = counts  # what an interrupted run has done so far (filled in below, however it ends)
+        try:
+            with bar:
+                # round by round over the whole grid: each case's rounds are spread over the run, so that a
+                # slow spell of a shared machine hits one round of many cases rather than every round of a few
+                for round_ in range(1, self.rounds + 1):
+                    for area, params in remaining:
+                        self.current = case_key(area, "", params).replace("----", " ") + (
+                            f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
+                        bar.set_postfix_str(self.current[:70])
+                        for record in self.run_case(area, params, peaks, round_):
+                            timed = record["status"] == "ok" and "time_median_s" in record
+                            bar.update(1 if timed else self.rounds - round_ + 1)  # nothing more to time for it
+        finally:
+            self._built.clear()
+            for record in final.values():
+                counts[record["status"]] += 1
+            self.records.extend(final.values())
         self.current = None
-        for record in final.values():
-            counts[record["status"]] += 1
-        self.records.extend(final.values())
         return counts
 
     def summary(self, counts: dict[str, int]) -> str:

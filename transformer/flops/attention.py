@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice, check_heads, check_positive, check_positives
+from .._validation import check_choice, check_heads, check_positive, check_positives, check_probability
 from ..attention import BACKENDS
 from ..multihead import STRATEGIES
 from .tally import Flops, Tally
@@ -18,6 +18,7 @@ def attention(batch: int, n_q: int, n_k: int, d_k: int, d_v: int | None = None, 
     whether torch runs a fused kernel (see ``sdpa_recomputes``)."""
     d_v = d_k if d_v is None else d_v
     check_positives(batch=batch, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v)
+    check_probability("dropout_p", dropout_p)
     t = Tally()
     recompute = backend == "sdpa" and sdpa_recomputes(d_k, d_v, masked=masked, causal=causal, dropout_p=dropout_p,
                                                       device=device, dtype=dtype)
@@ -34,6 +35,7 @@ def sdpa_recomputes(d_k: int, d_v: int | None = None, *, masked: bool = False, c
     d_v = d_k if d_v is None else d_v
     check_positive("d_k", d_k)
     check_positive("d_v", d_v)
+    check_probability("dropout_p", dropout_p)
     q, v = torch.zeros(1, 1, 1, d_k, device=device, dtype=dtype), torch.zeros(1, 1, 1, d_v, device=device, dtype=dtype)
     mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device) if masked else None
     if mask is not None and causal:
@@ -78,11 +80,12 @@ def multi_head_attention(batch: int, n_q: int, d_model: int, num_heads: int, n_k
     check_positives(batch=batch, n_q=n_q, **({} if n_k is None else {"n_k": n_k}))
     check_choice("strategy", strategy, STRATEGIES)
     d_head = check_heads(d_model, num_heads)
+    check_probability("dropout_p", dropout_p)
     recompute = strategy == "sdpa" and sdpa_recomputes(d_head, masked=masked, causal=causal, dropout_p=dropout_p,
                                                        device=device, dtype=dtype)
     t = Tally()
     tally_mha(t, batch, n_q, n_q if n_k is None else n_k, d_model, num_heads, strategy, out_proj, bias,
-         masked or causal, inputs_require_grad, recompute)
+              masked or causal, inputs_require_grad, recompute)
     return t.flops()
 
 
