@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         todo = plan(args.grid)
         guards.writable_folder(out, "--out")
+        pipeline.one_machine(out, pipeline.machine_name(args))
         backend, device = init(args.backend)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -59,8 +59,13 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
     lead_run = latest_run(table[table.machine == lead])
     folders = [p for p in tidy.unique_paths(paths) if os.path.normpath(p) == lead_run]
     # a relative link keeps working when the report and .asv/html move together
-    index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
-                       profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths), extra=extra)
+    try:
+        index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
+                           profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths), extra=extra)
+    except OSError as error:  # a full disk, say: html.build leaves the old report whole and nothing partial
+        raise ValueError(f"could not write the report into {out!r} ({error.strerror or error}); "
+                         + ("the report that was there is left as it was" if previous else "no report was written")
+                         + ", and nothing partial remains") from None
     if previous:
         print(f"note: replaced the report in {out} ({previous}); pass --report DIR to keep reports apart",
               file=sys.stderr)

@@ -153,13 +153,46 @@ def describe(out: str) -> str | None:
 
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
           profiles: list[dict] | None = None, inputs: list[str] | None = None, extra: dict | None = None) -> str:
-    """Write the report for ``table`` into folder ``out``; returns the path of index.html. ``profiles``:
-    profile records (``benchmarks.profile.load``, each with the ``root`` folder it was read from);
-    ``inputs``: the result folders it was read from, recorded in ``report.json``, with ``extra``'s fields
-    (``compare``: the runs' agreement)."""
+    """Write the report for ``table`` as folder ``out``, whole or not at all; returns the path of index.html.
+    ``profiles``: profile records (``benchmarks.core.profiler.load``, each with the ``root`` folder it was read
+    from); ``inputs``: the result folders it was read from, recorded in ``report.json``, with ``extra``'s
+    fields (``compare``: the runs' agreement).
+
+    The page is built in a folder beside ``out`` and swapped in once complete: if building fails (a full
+    disk, say), the report that was in ``out`` stays as it was and the partial one is removed."""
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
-    os.makedirs(out, exist_ok=True)
+    staging = f"{os.path.abspath(out).rstrip(os.sep)}.building-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+        _write(table, staging, machine=machine, asv_html=asv_html, profiles=profiles, inputs=inputs, extra=extra)
+        _swap(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.path.join(out, "index.html")
+
+
+def _swap(staging: str, out: str) -> None:
+    """Put the complete folder ``staging`` in place of ``out`` (two renames; the old one is removed after)."""
+    old = f"{os.path.abspath(out).rstrip(os.sep)}.replaced-{os.getpid()}"
+    had = os.path.exists(out)
+    if had:
+        os.replace(out, old)
+    try:
+        os.replace(staging, out)
+    except BaseException:
+        if had:
+            os.replace(old, out)
+        raise
+    if had:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str | None, profiles: list[dict] | None,
+           inputs: list[str] | None, extra: dict | None) -> None:
+    """The page, its figures, results.csv and report.json, written into the empty folder ``out``."""
     profiles = profiles or []
     _copy_profiles(profiles, out)
     results = run_all(table, machine, profiling.table(profiles))
@@ -206,8 +239,5 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
                       "has_data": bool(a.tables or a.numbers),
                       "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
                      for a in results], **(extra or {})})
-    path = os.path.join(out, "index.html")
-    with open(path + ".tmp", "w") as f:
+    with open(os.path.join(out, "index.html"), "w") as f:
         f.write(page)
-    os.replace(path + ".tmp", path)
-    return path

@@ -3,6 +3,7 @@ named and set aside, out of memory recorded, the run summary."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -14,7 +15,7 @@ from run_helpers import PLAN, ROOT, files, in_process, measure
 
 from benchmarks.core import lock, records, runner
 from benchmarks.core import measure as measure_
-from reports import tidy
+from reports import figures, tidy
 from reports.__main__ import main as reports_main
 from reports.analyses import registry, runs
 
@@ -287,3 +288,35 @@ def test_a_truncated_profile_is_named_and_left_out_and_the_report_is_built(tmp_p
     err = capsys.readouterr().err
     assert f"{cut}: not a JSON record" in err and "this profile is left out" in err
     assert (tmp_path / "r" / "index.html").exists()
+
+
+def test_a_report_rebuilt_on_a_disk_that_fills_leaves_the_previous_one_byte_for_byte(tmp_path, fake_peaks, capsys,
+                                                                                     monkeypatch):
+    run = measure(tmp_path / "run", PLAN[:1])
+    report = tmp_path / "report"
+    assert reports_main(["build", run, "--report", str(report)]) == 0
+    before = files(report)
+    real, saved = figures.save, []
+
+    def fills(figs, folder):
+        if saved:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(folder)
+        return real(figs, folder)
+
+    monkeypatch.setattr(figures, "save", fills)
+    assert reports_main(["build", run, "--report", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert f"could not write the report into {str(report)!r} (No space left on device)" in err
+    assert "the report that was there is left as it was" in err and "Traceback" not in err
+    assert files(report) == before
+    assert sorted(os.listdir(tmp_path)) == ["report", "run"]  # no partial folder left beside it
+
+
+def test_another_machine_into_an_existing_run_folder_is_refused(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run", PLAN[:1], name="M1")
+    before = files(run)
+    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--device", "cpu", "--out", run,
+                           "--machine", "M2", "--no-progress", module="benchmarks.runner")
+    assert code == 2 and f"{run} holds a run of machine 'M1', not 'M2': one machine per run folder" in err
+    assert files(run) == before

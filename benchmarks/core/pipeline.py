@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from . import guards
 from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
+from .records import UnreadableRecord, read_json
 from .runner import Runner, plan
 
 #: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
@@ -78,9 +79,23 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> Gr
     areas and devices, the run folder, the timing options; under torchrun, this rank joins the group."""
     todo = plan(args.grid, areas, getattr(args, "device", None))
     out = guards.writable_folder(run_folder(args), "--out")
+    one_machine(out, machine_name(args))
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
     ranks = Ranks()
     return GridRun(todo, out, runner, ranks, hold(out, ranks))
+
+
+def one_machine(out: str, name: str) -> None:
+    """A run folder holds one machine's run: ValueError when ``out`` already holds another machine's (its
+    machine.json names it), so that a resumed run never files one machine's times under another's name."""
+    path = os.path.join(out, "machine.json")
+    try:
+        saved = read_json(path).get("name") if os.path.exists(path) else None
+    except UnreadableRecord:  # the runner sets it aside and calibrates again
+        return
+    if saved and saved != name:
+        raise ValueError(f"{out} holds a run of machine {saved!r}, not {name!r}: one machine per run folder. Pass "
+                         f"--machine {saved} to resume it, or another --out for {name!r}")
 
 
 def hold(out: str, ranks: Ranks) -> FolderLock | None:
