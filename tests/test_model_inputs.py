@@ -8,7 +8,15 @@ import math
 import pytest
 import torch
 
-from transformer import MultiHeadAttention, RNNAttentionConfig, TransformerConfig, flops, scaled_dot_product_attention
+from transformer import (
+    MultiHeadAttention,
+    RNNAttention,
+    RNNAttentionConfig,
+    Transformer,
+    TransformerConfig,
+    flops,
+    scaled_dot_product_attention,
+)
 from transformer.layers import EncoderLayer, PositionalEncoding
 
 # -- model parameters and errors that name what the user typed --------------------
@@ -151,3 +159,32 @@ def test_rnn_on_a_padded_batch_equals_each_sequence_alone_and_refuses_an_empty_s
             torch.testing.assert_close(batch[i:i + 1], model(src[i:i + 1, :n], tgt[i:i + 1]), atol=1e-5, rtol=1e-5)
         with pytest.raises(ValueError, match="every position of row 1 as padding"):
             model(src, tgt, torch.tensor([[False] * 6, [True] * 6]))
+
+
+@pytest.mark.parametrize("strategy", ["batched", "looped", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64])
+def test_inputs_of_another_dtype_than_the_weights_are_named(strategy, dtype):
+    mha = MultiHeadAttention(16, 4, strategy=strategy)
+    with pytest.raises(TypeError, match=f"query .*{dtype}.*torch.float32|query .*torch.float32.*{dtype}"):
+        mha(torch.ones(2, 3, 16, dtype=dtype))
+
+
+@pytest.mark.parametrize("model", [Transformer, RNNAttention])
+def test_generating_from_an_empty_batch_is_a_clear_error(model):
+    with pytest.raises(ValueError, match=r"src holds no sequence \(shape \(0, 5\)\); need a batch of at least one"):
+        model.from_preset("tiny").eval().generate(torch.zeros(0, 5, dtype=torch.long), max_new_tokens=3, bos_id=1)
+
+
+def test_causal_cross_attention_is_one_definition_equal_across_strategies():
+    """Queries and keys of different lengths with causal=True: the top-left-aligned mask (query i sees keys 0..i,
+    torch's convention), the same from every strategy and equal to equation (1) with that mask written out."""
+    mha = MultiHeadAttention(16, 4, strategy="batched").double()
+    q, kv = torch.randn(2, 3, 16, dtype=torch.float64), torch.randn(2, 7, 16, dtype=torch.float64)
+    outputs = {}
+    for strategy in ("batched", "looped", "sdpa"):
+        mha.strategy = strategy
+        outputs[strategy] = mha(q, kv, kv, causal=True).detach()
+    mha.strategy = "batched"
+    explicit = mha(q, kv, kv, attn_mask=torch.ones(3, 7, dtype=torch.bool).tril()).detach()
+    for out in outputs.values():
+        torch.testing.assert_close(out, explicit)

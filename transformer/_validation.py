@@ -84,6 +84,8 @@ def check_tokens(name: str, tokens: torch.Tensor, vocab: int) -> None:
         raise TypeError(f"{name} must hold integer token ids (int64 or int32), got dtype {tokens.dtype}")
     if tokens.dim() != 2:
         raise ValueError(f"{name} must have shape (batch, length), got {tuple(tokens.shape)}")
+    if tokens.shape[0] == 0:
+        raise ValueError(f"{name} holds no sequence (shape {tuple(tokens.shape)}); need a batch of at least one")
     if tokens.shape[1] == 0:
         raise ValueError(f"{name} is an empty sequence (shape {tuple(tokens.shape)}); need at least one token")
     if tokens.device.type == "cpu":  # on an accelerator the range check would force a device sync

@@ -209,6 +209,14 @@ class MultiHeadAttention(nn.Module):
                              f"{value.shape[0]}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
+        weights = self.in_proj_weight.dtype
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if not x.is_floating_point():
+                raise TypeError(f"{name} must be a floating-point tensor of the module's dtype {weights}, "
+                                f"got {x.dtype}")
+            if x.dtype != weights:
+                raise TypeError(f"{name} has dtype {x.dtype} but the module's weights are {weights}: convert one "
+                                f"(module.to({x.dtype}) or {name}.to({weights}))")
 
     def _combine_masks(self, attn_mask, key_padding_mask, batch, n_q, n_k):
         """One mask of shape (batch or 1, heads or 1, n_q, n_k), or None."""
