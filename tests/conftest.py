@@ -4,7 +4,7 @@ short busy check."""
 import pytest
 import torch
 
-from benchmarks.core import machine, runner
+from benchmarks.core import machine, measure, runner
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
@@ -17,10 +17,13 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
-def _short_busy_check(monkeypatch):
-    """Every run watches the cores for half a second before it starts (runner.machine_busy); the tests make
-    dozens of short runs in one process, so there it watches for 50 ms (its own test sets what it needs)."""
+def _short_busy_check_and_controls(monkeypatch):
+    """Every run watches the cores for half a second before it starts (runner.machine_busy), and every CPU
+    method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME); the tests make
+    dozens of short runs in one process, so there they take 50 ms and 2 ms (the checks themselves are
+    tested as they are)."""
     monkeypatch.setattr(runner, "BUSY_SAMPLE_S", 0.05)
+    monkeypatch.setattr(measure, "CONTROL_TIME", 0.002)
 
 
 @pytest.fixture
