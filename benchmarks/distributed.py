@@ -24,7 +24,7 @@ import torch.distributed as dist
 from . import cases
 from .core import guards, pipeline
 from .core.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
-from .core.lock import FolderBusy, FolderLock
+from .core.lock import FolderBusy
 from .core.ranks import RankGuard
 from .core.records import case_key
 from .core.runner import Runner
@@ -47,17 +47,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     rank, world = dist.get_rank(), dist.get_world_size()
-    lock, busy = (FolderLock(out), None) if rank == 0 else (None, None)  # one writer per run folder
-    if lock is not None:
-        try:
-            lock.acquire()
-        except FolderBusy as error:
-            busy = error
-    flag = torch.tensor([int(busy is None)], device=device)  # NCCL reduces GPU tensors only
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)  # every rank learns whether rank 0 holds the folder
-    if not flag.item():
-        if busy is not None:
-            print(f"error: {busy}", file=sys.stderr)
+    def all_agree(ok: bool) -> bool:
+        flag = torch.tensor([int(ok)], device=device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    try:
+        lock = pipeline.hold(out, rank, all_agree)  # one writer per run folder
+    except FolderBusy as error:
+        if rank == 0:
+            print(f"error: {error}", file=sys.stderr)
         dist.destroy_process_group()
         return 2
     try:

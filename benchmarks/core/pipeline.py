@@ -11,7 +11,7 @@ import argparse
 import os
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from . import guards
@@ -82,7 +82,11 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> Gr
     one_machine(out, machine_name(args))
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
     ranks = Ranks()
-    return GridRun(todo, out, runner, ranks, hold(out, ranks))
+    try:
+        return GridRun(todo, out, runner, ranks, hold(out, ranks.rank, ranks.all_agree))
+    except FolderBusy:
+        ranks.close()
+        raise
 
 
 def one_machine(out: str, name: str) -> None:
@@ -98,17 +102,17 @@ def one_machine(out: str, name: str) -> None:
                          f"--machine {saved} to resume it, or another --out for {name!r}")
 
 
-def hold(out: str, ranks: Ranks) -> FolderLock | None:
-    """Rank 0 takes the run folder's lock (``core.lock``); every rank learns whether it got it, so that a busy
-    folder stops them all with FolderBusy before anything is measured. Returns the lock on rank 0."""
-    lock, busy = (FolderLock(out), None) if ranks.rank == 0 else (None, None)
+def hold(out: str, rank: int, all_agree: Callable[[bool], bool]) -> FolderLock | None:
+    """Rank 0 takes the run folder's lock (``core.lock``); every rank learns whether it got it (``all_agree``:
+    True when every rank says True), so that a busy folder stops them all with FolderBusy before anything is
+    measured. Returns the lock on rank 0, None on the others."""
+    lock, busy = (FolderLock(out), None) if rank == 0 else (None, None)
     if lock is not None:
         try:
             lock.acquire()
         except FolderBusy as error:
             busy = error
-    if not ranks.all_agree(busy is None):
-        ranks.close()
+    if not all_agree(busy is None):
         raise busy or FolderBusy(f"{out} is being written by another process (rank 0 names it)")
     return lock
 
