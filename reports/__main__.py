@@ -47,6 +47,8 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
     when it replaces a report that was there. ``extra``: more fields for its ``report.json``."""
     table = tidy.load(paths) if table is None else table
     timed = table[table.metric.isin(["time", "sequential_depth"])]
+    for status, reason in timed[timed.status.isin(tidy.NOT_COUNTED)][["status", "reason"]].itertuples(index=False):
+        print(f"warning: {status} record, not counted: {reason}", file=sys.stderr)
     if not (timed.status == "ok").any():
         why = "; ".join(f"{n} {s}: {r}" for (s, r), n in timed.groupby(["status", "reason"]).size().items())
         raise ValueError(f"no case was measured ({why or 'no case records'}), so no report was written"

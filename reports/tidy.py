@@ -26,7 +26,7 @@ import pandas as pd
 
 import benchmarks
 from benchmarks import cases
-from benchmarks.core import profiler
+from benchmarks.core import profiler, records
 from benchmarks.core.records import read_json
 
 #: metric -> unit, for every metric the runner or the asv suite records
@@ -77,7 +77,7 @@ def _read(path: str) -> dict:
 def _params_from_key(name: str) -> tuple[str, str, dict]:
     """(area, method, params) from a record's file name (``runner.case_key``), for a record that cannot
     be read: its row still says which case it was."""
-    area, method, *pairs = name.removesuffix(".json").split("--")
+    area, method, *pairs = name.removesuffix(".json").split("--") + [""]  # a file not named by case_key: no method
     params = {}
     for pair in pairs:
         k, _, v = pair.partition("=")
@@ -96,8 +96,8 @@ def from_runner(folder: str) -> pd.DataFrame:
     if not os.path.exists(meta_path):
         raise FileNotFoundError(f"{folder!r} is not a runner output folder: it has no machine.json")
     saved = _read(meta_path)
-    if not isinstance(saved.get("machine"), dict) or not isinstance(saved.get("gemm_peaks"), dict):
-        raise ValueError(f"{meta_path}: not a runner machine record (no 'machine' or 'gemm_peaks')")
+    if records.peaks_problem(saved):
+        raise ValueError(f"{meta_path}: {records.peaks_problem(saved)}")
     meta = saved["machine"]
     base = {"source": "runner", "run": os.path.normpath(folder), "machine": saved.get("name") or meta["hostname"],
             "commit": saved.get("commit"), "env": f"torch {meta['torch']}", **_facts(meta),
@@ -109,19 +109,40 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
                      "dtype": dtype, "threads": None if device == "cuda" else
                      meta["torch_threads"] if threads == "default" else int(threads)})
-    records = []
+    kept = []
     for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
-        try:
-            records.append(_read(path))
-            rows.extend(_runner_rows(records[-1], base))
-        except (ValueError, KeyError, TypeError) as error:  # one bad file never hides the others
-            area, method, params = _params_from_key(os.path.basename(path))
-            why = str(error) if isinstance(error, ValueError) else f"{path}: missing or wrong field {error}"
-            rows.append({**base, **params, "area": area, "method": method, "status": "unreadable",
-                         "reason": f"{why}; a run into this folder sets it aside and measures the case again",
-                         "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
-                         "value": float("nan")})
-    return _frame(rows + _normalised(records, base))
+        status, why = _record_status(path, saved.get("commit"))
+        if status is None:
+            kept.append(_read(path))
+            rows.extend(_runner_rows(kept[-1], base))
+            continue
+        # one bad file never hides the others: its row names it and why, under the case its file name gives
+        area, method, params = _params_from_key(os.path.basename(path))
+        rows.append({**base, **params, "area": area, "method": method, "status": status,
+                     "reason": f"{path}: {why}; a run into this folder sets it aside and measures the case again",
+                     "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
+                     "value": float("nan")})
+    return _frame(rows + _normalised(kept, base))
+
+
+#: what a case record the report does not count is: cannot be read, or read but wrong (``records.problem``),
+#: or measured by another commit than the run folder's (``machine.json``)
+NOT_COUNTED = ("unreadable", "invalid", "other commit")
+
+
+def _record_status(path: str, commit: str | None) -> tuple[str | None, str | None]:
+    """(None, None) for a record the report counts, else (one of NOT_COUNTED, why)."""
+    try:
+        rec = _read(path)
+    except ValueError as error:
+        return "unreadable", str(error).removeprefix(f"{path}: ")
+    why = records.problem(rec)
+    if why:
+        return "invalid", why
+    if rec.get("commit") != commit:
+        return "other commit", (f"measured at commit {str(rec.get('commit'))[:8]}, not the run folder's "
+                                f"{str(commit)[:8]} (machine.json): not counted as this run's")
+    return None, None
 
 
 #: neighbouring controls (in time order) whose median stands for the machine's speed at one case: a single
@@ -194,8 +215,19 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
-            rows.append({**common, "metric": metric, "unit": unit, "value": rec[metric]})
+            rows.append({**common, "metric": metric, "unit": unit, "value": _derived(rec, metric)})
     return rows
+
+
+def _derived(rec: dict, metric: str) -> float:
+    """A record's value of ``metric``; a rate from its count over the median time, never the stored rate."""
+    time = rec.get("time_median_s")
+    for rate, count in records.RATES:
+        if metric == rate and time:
+            return rec[count] / time
+    if metric == "fraction_of_peak" and time:
+        return rec["matmul_flops"] / time / rec["gemm_peak_flops_per_s"]
+    return rec[metric]
 
 
 # -- asv ------------------------------------------------------------------------------------------
@@ -293,11 +325,16 @@ def from_asv(results_dir: str) -> pd.DataFrame:
             for combo, value, stat in zip(itertools.product(*params), values, stats):
                 p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
                 ok = value is not None and value == value
+                wrong = ok and _asv_problem(metric, value)
                 oom = None if ok else ooms.get((cls, tuple(combo)))
                 row = {**base, **p, "area": areas[cls], "method": method, "metric": metric,
-                       "unit": UNITS.get(metric), "value": value if ok else float("nan"),
-                       "status": "ok" if ok else "oom" if oom else "skipped",
-                       "reason": None if ok else oom or "asv: skipped or failed"}
+                       "unit": UNITS.get(metric), "value": value if ok and not wrong else float("nan"),
+                       "status": "invalid" if wrong else "ok" if ok else "oom" if oom else "skipped",
+                       "reason": f"{results_dir} @ {res.commit_hash[:8]}, {key}: {wrong}" if wrong else
+                       None if ok else oom or "asv: skipped or failed"}
+                if wrong:
+                    rows.append(row)
+                    continue
                 if metric == "time" and stat:
                     row.update(q25=stat.get("q_25"), q75=stat.get("q_75"), samples=stat.get("repeat"))
                     if row["q25"] is not None and row["q75"] is not None:
@@ -308,6 +345,17 @@ def from_asv(results_dir: str) -> pd.DataFrame:
                     rows.append({**row, "metric": "tokens_per_s", "unit": UNITS["tokens_per_s"], "q25": None,
                                  "q75": None, "iqr": None, "value": cases.tokens(row["area"], p, method) / value})
     return _frame(rows)
+
+
+def _asv_problem(metric: str, value) -> str | None:
+    """Why a value asv recorded cannot be right (the runner's records pass ``records.problem``), or None."""
+    if not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
+        return f"{value!r} is not a finite number"
+    if metric == "time" and value <= 0:
+        return f"a time of {value!r} s is not positive"
+    if value < 0:
+        return f"{metric} {value!r} is negative"
+    return None
 
 
 def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:

@@ -84,7 +84,7 @@ def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_rem
     assert bad.area.iloc[0] == "models" and bad.seq_len.iloc[0] == 16  # which case, from the file name
     assert (t.status == "ok").sum() > 0
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
-    assert "1 unreadable records skipped" in open(tmp_path / "r" / "index.html").read()
+    assert "1 unreadable records not counted" in open(tmp_path / "r" / "index.html").read()
     capsys.readouterr()
 
     others = {p.name: p.read_text() for p in (tmp_path / "run" / "cases").iterdir() if p != cut}

@@ -53,13 +53,13 @@ def test_runner_rows_one_per_case_method_and_metric(runner_folder):
 def test_failed_cases_are_rows_with_their_status(runner_folder):
     rec = {"area": "attention", "method": "forward", "status": "oom", "reason": "out of memory",
            "params": {"seq_len": 8192, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
-                      "device": "cuda"}}
+                      "device": "cuda"}, "commit": records.commit()}
     records.write_json_atomic(os.path.join(runner_folder, "cases", "x.json"), rec)
     row = tidy.load([runner_folder]).query("status == 'oom'").iloc[0]
     assert row.seq_len == 8192 and row.reason == "out of memory" and row.value != row.value  # NaN
 
 
-def write_asv_results(root, machine_name="box", commit="a" * 40):
+def write_asv_results(root, machine_name="box", commit="a" * 40, times=(0.012, 0.022)):
     os.makedirs(os.path.join(root, machine_name))
     with open(os.path.join(root, machine_name, "machine.json"), "w") as f:
         json.dump({"arch": "x86_64", "cpu": "Test CPU", "machine": machine_name, "num_cpu": "4", "os": "Linux",
@@ -67,9 +67,10 @@ def write_asv_results(root, machine_name="box", commit="a" * 40):
     res = Results({"machine": machine_name, "cpu": "Test CPU", "num_cpu": "4", "python": "3.11",
                    "torch": "2.13.0"}, {"torch": "2.13.0"}, commit, 0, "3.11", "virtualenv-py3.11-torch2.13.0", {})
     params = [["1", "8"], ["'batched'"], ["True"], ["'cpu'", "'cuda'"]]
-    samples = [[0.010, 0.011, 0.012, 0.013, 0.014], None, [0.020, 0.021, 0.022, 0.023, 0.024], None]
+    around = lambda t: [t - 0.002, t - 0.001, t, t + 0.001, t + 0.002]  # noqa: E731
+    samples = [around(times[0]), None, around(times[1]), None]
     res.add_result({"name": "bench_multihead.MultiHeadAttention.time_forward", "params": params, "version": "1"},
-                   BenchmarkResult(result=[0.012, float("nan"), 0.022, float("nan")], samples=samples,
+                   BenchmarkResult(result=[times[0], float("nan"), times[1], float("nan")], samples=samples,
                                    number=[1, None, 1, None], errcode=0, stderr="", profile=None),
                    record_samples=True)
     res.add_result({"name": "bench_multihead.MultiHeadAttention.track_matmul_flops", "params": params,

@@ -1,7 +1,9 @@
 """Run folders' records: one JSON file per case and method, written atomically, read with a clear error.
 
 A record is written whole or not at all (``write_json_atomic``); one that does not parse is an
-``UnreadableRecord`` naming its file, and ``set_aside`` moves it out of the way without overwriting an
+``UnreadableRecord`` naming its file, one that parses but cannot be right fails ``problem`` (the schema:
+required fields and their types, a known status, finite positive times in order, FLOP/s and tokens/s equal
+to their counts over the time), and ``set_aside`` moves either out of the way without overwriting an
 earlier one. ``case_key`` names a record; ``commit`` says which code measured it; ``classify_failure``
 turns a case's exception into the status and reason it is recorded with.
 """
@@ -9,6 +11,8 @@ turns a case's exception into the status and reason it is recorded with.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import subprocess
 import tempfile
@@ -73,6 +77,82 @@ def read_json(path: str) -> dict:
     if not isinstance(data, dict):
         raise UnreadableRecord(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
     return data
+
+
+#: fields a record holds as numbers (None where not measured): anything else there is a damaged record
+NUMBERS = ("time_median_s", "time_q25_s", "time_q75_s", "time_iqr_s", "time_best_round_s", "samples", "blocks",
+           "calls_per_block", "matmul_flops", "other_flops", "tokens", "achieved_flops_per_s", "tokens_per_s",
+           "gemm_peak_flops_per_s", "fraction_of_peak", "control_flops_per_s", "others_cpu_share", "compute_s",
+           "comm_s", "comm_share", "comm_bytes", "comm_bytes_measured", "sequential_depth", "op_launches",
+           "counted_matmul_flops", "gpu_peak_memory_bytes", "energy_per_token_j", "rounds_planned", "duration_s")
+#: (rate, count): a rate a record stores must equal its count over the median time (to this relative tolerance)
+RATES = (("achieved_flops_per_s", "matmul_flops"), ("tokens_per_s", "tokens"))
+RATE_TOLERANCE = 1e-6
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def problem(record: dict) -> str | None:
+    """Why a case record cannot be right, or None: the one place the schema of ``cases/*.json`` is checked,
+    by the runner before it resumes past a record and by the report before it counts one."""
+    for field, kind in (("area", str), ("method", str), ("params", dict), ("status", str)):
+        if not isinstance(record.get(field), kind):
+            return f"{field} is {record.get(field)!r}, not a {kind.__name__}"
+    if record["status"] not in STATUSES:
+        return f"status {record['status']!r} is not one of {', '.join(STATUSES)}"
+    if record.get("reason") is not None and not isinstance(record["reason"], str):
+        return f"reason is {record['reason']!r}, not text"
+    for field in NUMBERS:
+        if record.get(field) is not None and not _number(record[field]):
+            return f"{field} is {record[field]!r}, not a finite number"
+    if record["status"] != "ok":
+        return None
+    if "time_median_s" in record:
+        return _time_problem(record)
+    if record.get("sequential_depth") is None:
+        return "an ok record with neither a time (time_median_s) nor a graph (sequential_depth)"
+    return None
+
+
+def _time_problem(record: dict) -> str | None:
+    q25, median, q75 = (record.get(f"time_{k}_s") for k in ("q25", "median", "q75"))
+    if median is None or median <= 0:
+        return f"time_median_s is {median!r}, not a positive time"
+    if q25 is not None and q75 is not None and not 0 <= q25 <= median <= q75:
+        return f"the time's quartiles are out of order (q25 {q25!r}, median {median!r}, q75 {q75!r})"
+    rounds = record.get("rounds", [])
+    if not isinstance(rounds, list) or not all(isinstance(r, dict) and _number(r.get("median_s"))
+                                               and r["median_s"] > 0 for r in rounds):
+        return "rounds is not a list of rounds with positive finite times (median_s)"
+    for rate, count in RATES:
+        if record.get(rate) is not None:
+            if record.get(count) is None:
+                return f"{rate} is stored without {count}"
+            expected = record[count] / median
+            if abs(record[rate] - expected) > RATE_TOLERANCE * max(abs(expected), 1e-300):
+                return f"{rate} {record[rate]:.6g} is not {count} / time_median_s = {expected:.6g}"
+    peak, fraction = record.get("gemm_peak_flops_per_s"), record.get("fraction_of_peak")
+    achieved = record.get("achieved_flops_per_s")
+    if fraction is not None and (not peak or achieved is None
+                                 or abs(fraction - achieved / peak) > RATE_TOLERANCE * abs(fraction)):
+        return f"fraction_of_peak {fraction:.6g} is not achieved_flops_per_s / gemm_peak_flops_per_s"
+    for share in ("comm_share", "others_cpu_share"):
+        if record.get(share) is not None and not 0 <= record[share] <= 1:
+            return f"{share} is {record[share]!r}, not a share between 0 and 1"
+    return None
+
+
+def peaks_problem(saved: dict) -> str | None:
+    """Why a run folder's ``machine.json`` cannot be right, or None: it must hold the machine's facts and a
+    positive finite GEMM peak per device/dtype/threads key."""
+    if not isinstance(saved.get("machine"), dict) or not isinstance(saved.get("gemm_peaks"), dict):
+        return "not a runner machine record (no 'machine' or 'gemm_peaks')"
+    for key, peak in saved["gemm_peaks"].items():
+        if len(str(key).split("/")) != 3 or not _number(peak) or peak <= 0:
+            return f"GEMM peak {key!r}: {peak!r} is not a positive finite FLOP/s under a device/dtype/threads key"
+    return None
 
 
 def set_aside(path: str, folder: str) -> str:

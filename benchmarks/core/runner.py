@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from .. import cases
-from . import guards, machine, measure
+from . import guards, machine, measure, records
 from .records import (
     STATUSES,
     UnreadableRecord,
@@ -95,15 +95,21 @@ class Runner:
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
 
-    def _read(self, path: str) -> dict | None:
-        """A record, or None after setting an unreadable one aside (and saying so)."""
+    def _read(self, path: str, check=records.problem) -> dict | None:
+        """A record, or None after setting aside (and naming on stderr) one that cannot be read or that
+        ``check`` finds wrong (``records.problem``: a negative time, an unknown status, FLOP/s that are not
+        the FLOPs over the time, ...): its case is measured again."""
         try:
-            return read_json(path)
+            record = read_json(path)
+            why = check(record)
+            if why:
+                raise UnreadableRecord(f"{path}: {why}")
         except UnreadableRecord as error:
             moved = set_aside(path, os.path.join(self.out, "set-aside"))
             self.set_aside.append(moved)
             print(f"warning: {error}; set aside as {moved}, measured again", file=sys.stderr)
             return None
+        return record
 
     def recorded(self, area: str, method: str, params: dict) -> tuple[int, dict | None]:
         """How many of this run's rounds the method's record already holds, and the record: 0 for none, one
@@ -124,8 +130,8 @@ class Runner:
 
     def calibrate(self, threads: list[int]) -> dict[str, float]:
         path = os.path.join(self.out, "machine.json")
-        saved = self._read(path) if os.path.exists(path) else None
-        if saved is not None and saved.get("commit") == self.commit and isinstance(saved.get("gemm_peaks"), dict):
+        saved = self._read(path, records.peaks_problem) if os.path.exists(path) else None
+        if saved is not None and saved.get("commit") == self.commit:
             if set(saved["gemm_peaks"]) >= {machine.peak_key("cpu", "float32", t) for t in threads}:
                 return saved["gemm_peaks"]
         peaks = machine.calibrate(threads)
