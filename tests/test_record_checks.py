@@ -123,3 +123,15 @@ def test_an_asv_time_that_cannot_be_right_is_named_not_counted(tmp_path, bad, wh
     assert len(invalid) == 1 and why in invalid.reason.iloc[0] and "time_forward" in invalid.reason.iloc[0]
     assert list(times[times.status == "ok"].value) == [0.012]
     assert not (t[(t.metric == "tokens_per_s")].value < 0).any()
+
+
+def test_a_profile_that_cannot_be_right_is_named_and_left_out(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run", PLAN[:1])
+    wrong = tmp_path / "run" / "profiles" / "models--forward--wrong" / "profile.json"
+    wrong.parent.mkdir(parents=True)
+    records.write_json_atomic(str(wrong), {"area": "models", "method": "forward", "params": {}, "unprofiled_s": 0.1,
+                                           "memory_by_component": {},
+                                           "components": [{"component": "attention.softmax", "time_s": -1.0}]})
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert f"{wrong}: component 'attention.softmax': time -1.0 s" in err and "this profile is left out" in err

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import json
 import os
 import shutil
 import statistics
@@ -56,7 +55,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from tqdm import tqdm
 
 from .. import cases
-from . import machine, opgraph
+from . import machine, opgraph, records
 from .records import UnreadableRecord, case_key, classify_failure, commit, read_json, write_json_atomic
 
 #: record_function label -> the component it belongs to (the paper's terms). Labels that only group
@@ -371,14 +370,19 @@ def profile_case(area: str, params: dict, method: str, out: str, *, cycles: int 
 
 def load(folder: str) -> list[dict]:
     """Every profile record under ``<folder>/profiles/`` (a runner output folder). One that cannot be read
-    (cut short, say) is left out with a warning naming it; the rest are read."""
+    (cut short, say) or cannot be right (``records.profile_problem``) is left out with a warning naming it;
+    the rest are read."""
     out = []
     base = os.path.join(folder, "profiles")
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         path = os.path.join(base, name, "profile.json")
         if os.path.exists(path):
             try:
-                out.append({**read_json(path), "folder": os.path.join("profiles", name)})
+                record = read_json(path)
+                why = records.profile_problem(record)
+                if why:
+                    raise UnreadableRecord(f"{path}: {why}")
+                out.append({**record, "folder": os.path.join("profiles", name)})
             except UnreadableRecord as error:
                 print(f"warning: {error}; this profile is left out (profile the case again to replace it)",
                       file=sys.stderr)
@@ -395,10 +399,13 @@ def run_set(name: str, out: str, *, cycles: int = 5, progress: bool = True) -> d
                                      file=sys.stderr):
         path = os.path.join(out, "profiles", case_key(area, method, params), "profile.json")
         if os.path.exists(path):
-            with open(path) as f:
-                if json.load(f).get("commit") == here:
-                    counts["resumed"] += 1
-                    continue
+            try:
+                done = read_json(path)
+            except UnreadableRecord:  # cut short: profiled again, and replaced
+                done = {}
+            if done.get("commit") == here and not records.profile_problem(done):
+                counts["resumed"] += 1
+                continue
         try:
             profile_case(area, params, method, out, cycles=cycles)
             counts["ok"] += 1

@@ -94,6 +94,11 @@ def _number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def positive(value) -> bool:
+    """A finite number above 0 (not a bool, a string or NaN)."""
+    return _number(value) and value > 0
+
+
 def problem(record: dict) -> str | None:
     """Why a case record cannot be right, or None: the one place the schema of ``cases/*.json`` is checked,
     by the runner before it resumes past a record and by the report before it counts one."""
@@ -141,6 +146,26 @@ def _time_problem(record: dict) -> str | None:
     for share in ("comm_share", "others_cpu_share"):
         if record.get(share) is not None and not 0 <= record[share] <= 1:
             return f"{share} is {record[share]!r}, not a share between 0 and 1"
+    return None
+
+
+def profile_problem(record: dict) -> str | None:
+    """Why a profile record cannot be right (``problem`` for ``profiles/<case>/profile.json``), or None:
+    the case's fields, a positive unprofiled time, and components with finite non-negative times and
+    shares of at most 1."""
+    for field, kind in (("area", str), ("method", str), ("params", dict), ("components", list),
+                        ("memory_by_component", dict)):
+        if not isinstance(record.get(field), kind):
+            return f"{field} is {record.get(field)!r}, not a {kind.__name__}"
+    if not positive(record.get("unprofiled_s")):
+        return f"unprofiled_s is {record.get('unprofiled_s')!r}, not a positive time"
+    for c in record["components"]:
+        if not isinstance(c, dict) or not isinstance(c.get("component"), str):
+            return f"a component {c!r} has no name"
+        share = c.get("share", 0)  # NaN where no component took any time
+        if not (positive(c.get("time_s")) or c.get("time_s") == 0) or not (
+                _number(share) and 0 <= share <= 1 or isinstance(share, float) and math.isnan(share)):
+            return f"component {c['component']!r}: time {c.get('time_s')!r} s, share {c.get('share')!r}"
     return None
 
 
