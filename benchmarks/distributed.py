@@ -26,7 +26,7 @@ from .core import guards, pipeline
 from .core.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
 from .core.lock import FolderBusy
 from .core.ranks import RankGuard
-from .core.records import case_key
+from .core.records import case_key, commit
 from .core.runner import Runner
 
 
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         lock = pipeline.hold(out, rank, all_agree)  # one writer per run folder
+        if rank == 0:
+            pipeline.one_run(out, commit())
     except FolderBusy as error:
         if rank == 0:
             print(f"error: {error}", file=sys.stderr)

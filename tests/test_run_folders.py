@@ -320,3 +320,25 @@ def test_another_machine_into_an_existing_run_folder_is_refused(tmp_path, fake_p
                            "--machine", "M2", "--no-progress", module="benchmarks.runner")
     assert code == 2 and f"{run} holds a run of machine 'M1', not 'M2': one machine per run folder" in err
     assert files(run) == before
+
+
+@pytest.mark.parametrize("other", ["commit", "rounds"])
+def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_line(tmp_path, fake_peaks, capsys,
+                                                                                   monkeypatch, other):
+    run = measure(tmp_path / "run", PLAN[:1])
+    before = files(run)
+    if other == "commit":
+        monkeypatch.setattr(runner, "commit", lambda: "e" * 40)
+    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--device", "cpu", "--out", run,
+                           "--no-progress", "--min-run-time", "0.01", "--rounds", "2" if other == "rounds" else "1",
+                           module="benchmarks.runner")
+    assert code == 0, err
+    earlier = os.path.join(run, "earlier", f"{records.commit()[:8]}-1r")
+    note = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(note) == 1 and f"moved 3 records of commit {records.commit()[:8]} in 1 round to {earlier}" in note[0]
+    # the earlier run, whole, in a folder of its own that the report reads; this folder holds only the new run
+    assert files(earlier) == {k: v for k, v in before.items() if k.startswith("cases") or k == "machine.json"}
+    assert set(tidy.load([earlier]).commit.dropna()) == {records.commit()}
+    now = tidy.load([run])
+    assert set(now.commit.dropna()) == {runner.commit()} and (now[now.metric == "time"].status == "ok").all()
+    assert set(now[now.metric == "time"].rounds.dropna()) == {2 if other == "rounds" else 1}

@@ -8,9 +8,12 @@ their defaults.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import shutil
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -83,10 +86,13 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> Gr
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
     ranks = Ranks()
     try:
-        return GridRun(todo, out, runner, ranks, hold(out, ranks.rank, ranks.all_agree))
+        lock = hold(out, ranks.rank, ranks.all_agree)
     except FolderBusy:
         ranks.close()
         raise
+    if ranks.rank == 0:
+        one_run(out, runner.commit, runner.rounds)
+    return GridRun(todo, out, runner, ranks, lock)
 
 
 def one_machine(out: str, name: str) -> None:
@@ -100,6 +106,50 @@ def one_machine(out: str, name: str) -> None:
     if saved and saved != name:
         raise ValueError(f"{out} holds a run of machine {saved!r}, not {name!r}: one machine per run folder. Pass "
                          f"--machine {saved} to resume it, or another --out for {name!r}")
+
+
+def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
+    """Keep ``out`` one commit's run at one rounds count: records of another commit or rounds count (and the
+    other commit's machine.json and profiles) move to ``<out>/earlier/<commit>-<R>r/``, itself a run folder
+    that ``reports build`` reads, never overwritten and never counted as this run's. Returns the one line
+    that says so (printed on stderr), or None when nothing moved. Call it holding the folder's lock."""
+    def dest(c, r):
+        return os.path.join(out, "earlier", f"{(c or 'no-commit')[:8]}-{r}r")
+
+    groups: Counter = Counter()
+    for path in sorted(glob.glob(os.path.join(glob.escape(out), "cases", "*.json"))):
+        try:
+            rec = read_json(path)
+        except UnreadableRecord:
+            continue  # the runner sets it aside, naming it
+        key = (rec.get("commit"), rec.get("rounds_planned", 1))
+        if key != (commit, rounds):
+            os.makedirs(os.path.join(dest(*key), "cases"), exist_ok=True)
+            os.replace(path, os.path.join(dest(*key), "cases", os.path.basename(path)))
+            groups[key] += 1
+    meta = os.path.join(out, "machine.json")
+    try:
+        saved = read_json(meta).get("commit", commit) if os.path.exists(meta) else commit
+    except UnreadableRecord:
+        saved = commit
+    for c, r in groups:  # each earlier run keeps its machine's facts and peaks
+        if c == saved and os.path.exists(meta):
+            shutil.copy2(meta, os.path.join(dest(c, r), "machine.json"))
+    if saved != commit:
+        home = next((dest(c, r) for c, r in groups if c == saved), dest(saved, 1))
+        os.makedirs(home, exist_ok=True)
+        os.replace(meta, os.path.join(home, "machine.json"))
+        os.makedirs(os.path.join(home, "profiles"), exist_ok=True)
+        for profile in glob.glob(os.path.join(glob.escape(out), "profiles", "*")):
+            shutil.move(profile, os.path.join(home, "profiles", os.path.basename(profile)))
+    if not groups:
+        return None
+    told = "; ".join(f"{n} records of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
+                     for (c, r), n in groups.items())
+    line = (f"note: {out} holds one run (commit {str(commit)[:8]}, {rounds} round{'s' * (rounds != 1)}); moved "
+            f"{told}")
+    print(line, file=sys.stderr)
+    return line
 
 
 def hold(out: str, rank: int, all_agree: Callable[[bool], bool]) -> FolderLock | None:
