@@ -16,7 +16,7 @@ import pandas as pd
 
 from benchmarks.core.measure import MIN_SAMPLES
 from benchmarks.core.records import write_json_atomic
-from benchmarks.core.runner import NOISY
+from benchmarks.core.runner import BUSY_SHARE, NOISY
 
 from . import claims, figures, tidy
 from .analyses import noise, profiling
@@ -211,6 +211,7 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
     counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
     noisy, thin, limits = noise.noisy_cases(table), noise.unreplicated_cases(table), memory_limits(table)
+    busy = noise.busy_cases(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -220,7 +221,8 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         not_counted={k: counts.get(k, 0) for k in tidy.NOT_COUNTED},
         noisy_table=None if noisy.empty else _html(noisy),
         noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin),
-        unreplicated_count=len(thin),
+        unreplicated_count=len(thin), busy_table=None if busy.empty else _html(busy), busy_share=f"{BUSY_SHARE:.0%}",
+        warnings=noise.run_warnings(runs),
         min_samples=MIN_SAMPLES,
         memory_table=None if limits.empty else _html(limits),
         analyses=sections, status_table=_html(status), reasons=None if reasons is None else _html(reasons),
@@ -233,7 +235,10 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         "inputs": inputs or sorted(set(table.run.dropna())),
         "counts": {k: int(v) for k, v in counts.items()},
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
-                  "rounds": _plain(row.rounds), "analysed": row.analysed} for r, row in runs.iterrows()],
+                  "rounds": _plain(row.rounds), "rounds_planned": _plain(row.rounds_planned),
+                  "incomplete": _plain(row.incomplete), "busy_cases": _plain(row.busy_cases),
+                  "others_cpu": row.others_cpu, "analysed": row.analysed} for r, row in runs.iterrows()],
+        "warnings": noise.run_warnings(runs),
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},
         "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "answer": a.answer,
                       "missing": list(a.missing),

@@ -14,64 +14,21 @@ table.
 from __future__ import annotations
 
 import ast
-import functools
 import glob
-import importlib
-import itertools
 import os
-import pkgutil
 from collections.abc import Iterable
 
 import pandas as pd
 
-import benchmarks
-from benchmarks import cases
 from benchmarks.core import profiler, records
 from benchmarks.core.records import read_json
+from benchmarks.core.runner import BUSY_SHARE
 
-#: metric -> unit, for every metric the runner or the asv suite records
-UNITS = {
-    "time": "s", "peak_rss": "bytes", "matmul_flops": "FLOP", "other_flops": "FLOP",
-    "achieved_flops_per_s": "FLOP/s", "fraction_of_peak": "fraction", "tokens_per_s": "token/s",
-    "gemm_peak_flops_per_s": "FLOP/s", "gpu_peak_memory_bytes": "bytes", "gpu_power_w": "W",
-    "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
-    "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
-    "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
-    "time_best_round": "s",
-    "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
-}
-#: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
-GRAPH_METRICS = ("sequential_depth", "op_launches")
-PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
-                | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
-MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
-COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds", "area",
-            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason"]
-           + PARAMS + MACHINE_FACTS)
+from .asv_table import asv_method_metric, from_asv
+from .columns import COLUMNS, GRAPH_METRICS, PARAMS, UNITS, facts, frame
 
-
-#: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
-INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds",
-            "samples"]
-
-
-def _frame(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame["date"] = pd.to_datetime(frame["date"], utc=True)
-    frame["finished"] = pd.to_datetime(frame["finished"].astype(object).where(frame["finished"].notna(), frame["date"]),
-                                       utc=True)
-    for column in INTEGERS:
-        frame[column] = pd.to_numeric(frame[column]).astype("Int64")
-    return frame
-
-
-def _facts(meta: dict | None) -> dict:
-    meta = meta or {}
-    return {k: meta.get(k) for k in MACHINE_FACTS}
-
-
-def _read(path: str) -> dict:
-    return read_json(path)
+__all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "from_asv",
+           "from_runner", "load", "load_profiles", "runs", "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -95,12 +52,12 @@ def from_runner(folder: str) -> pd.DataFrame:
     meta_path = os.path.join(folder, "machine.json")
     if not os.path.exists(meta_path):
         raise FileNotFoundError(f"{folder!r} is not a runner output folder: it has no machine.json")
-    saved = _read(meta_path)
+    saved = read_json(meta_path)
     if records.peaks_problem(saved):
         raise ValueError(f"{meta_path}: {records.peaks_problem(saved)}")
     meta = saved["machine"]
     base = {"source": "runner", "run": os.path.normpath(folder), "machine": saved.get("name") or meta["hostname"],
-            "commit": saved.get("commit"), "env": f"torch {meta['torch']}", **_facts(meta),
+            "commit": saved.get("commit"), "env": f"torch {meta['torch']}", **facts(meta),
             "commit_error": None if saved.get("commit") else saved.get("commit_error") or "no commit was recorded"}
     rows = []
     for key, peak in saved["gemm_peaks"].items():
@@ -113,7 +70,7 @@ def from_runner(folder: str) -> pd.DataFrame:
     for path in sorted(glob.glob(os.path.join(folder, "cases", "*.json"))):
         status, why = _record_status(path, saved.get("commit"))
         if status is None:
-            kept.append(_read(path))
+            kept.append(read_json(path))
             rows.extend(_runner_rows(kept[-1], base))
             continue
         # one bad file never hides the others: its row names it and why, under the case its file name gives
@@ -122,7 +79,7 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "reason": f"{path}: {why}; a run into this folder sets it aside and measures the case again",
                      "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
                      "value": float("nan")})
-    return _frame(rows + _normalised(kept, base))
+    return frame(rows + _normalised(kept, base))
 
 
 #: what a case record the report does not count is: cannot be read, or read but wrong (``records.problem``),
@@ -133,7 +90,7 @@ NOT_COUNTED = ("unreadable", "invalid", "other commit")
 def _record_status(path: str, commit: str | None) -> tuple[str | None, str | None]:
     """(None, None) for a record the report counts, else (one of NOT_COUNTED, why)."""
     try:
-        rec = _read(path)
+        rec = read_json(path)
     except ValueError as error:
         return "unreadable", str(error).removeprefix(f"{path}: ")
     why = records.problem(rec)
@@ -198,8 +155,9 @@ def _runner_rows(rec: dict, base: dict) -> list[dict]:
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
-    if "time_median_s" in rec:  # how many rounds it was timed in (a record older than rounds: one)
+    if "time_median_s" in rec:  # how many rounds it was timed in, of how many planned (older records: one)
         common["rounds"] = len(rec.get("rounds") or ()) or 1
+        common["rounds_planned"] = rec.get("rounds_planned", 1)
     if len(rec.get("rounds") or ()) > 1:  # measured until its last round (the run's span, tidy.runs)
         common["finished"] = pd.Timestamp(rec["rounds"][-1]["started_at"])
     for fact in ("threads", "hosts"):  # how many threads each rank had, over how many machines its ranks ran
@@ -228,143 +186,6 @@ def _derived(rec: dict, metric: str) -> float:
     if metric == "fraction_of_peak" and time:
         return rec["matmul_flops"] / time / rec["gemm_peak_flops_per_s"]
     return rec[metric]
-
-
-# -- asv ------------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _asv_classes() -> dict[str, type]:
-    """asv class name -> class, from the suite itself."""
-    classes = {}
-    for m in pkgutil.iter_modules(benchmarks.__path__):
-        if m.name.startswith("bench_"):
-            module = importlib.import_module(f"benchmarks.{m.name}")
-            for name, obj in vars(module).items():
-                if isinstance(obj, type) and obj.__module__ == module.__name__ and not name.startswith("_"):
-                    classes[name] = obj
-    return classes
-
-
-def _asv_areas() -> dict[str, str]:
-    """asv class name -> area."""
-    return {name: getattr(cls, "area", "gemm") for name, cls in _asv_classes().items()}
-
-
-def asv_method_metric(name: str) -> tuple[str, str]:
-    """asv benchmark method name -> (method, metric): ``time_train_step`` -> ("train_step", "time"),
-    ``track_generate_matmul_flops`` -> ("generate", "matmul_flops"), ``track_gpu_power_w`` ->
-    ("forward", "gpu_power_w"), ``peakmem_forward`` -> ("forward", "peak_rss")."""
-    kind, _, rest = name.partition("_")
-    if kind == "time":
-        return rest, "time"
-    if kind == "peakmem":
-        return rest, "peak_rss"
-    if kind == "track":
-        if rest == "gemm_peak_flops_per_s":
-            return "matmul", rest
-        if rest in GRAPH_METRICS:
-            return "graph", rest
-        method, _, metric = rest.partition("_")
-        if method in ("generate", "train") and metric in UNITS:
-            return ("train_step" if method == "train" else method), metric
-        return "forward", rest
-    raise ValueError(f"{name!r} is not an asv benchmark name (time_, peakmem_ or track_)")
-
-
-def _asv_metadata(results_dir: str, env: str, machine: str) -> dict | None:
-    folder = os.path.join(os.path.dirname(os.path.abspath(results_dir)), "metadata")
-    found = sorted(glob.glob(os.path.join(folder, f"{glob.escape(env)}-*.json")))
-    for path in found:
-        data = _read(path)
-        if data["machine"]["hostname"] == machine or len(found) == 1:
-            return data["machine"]
-    return None
-
-
-def _asv_ooms(results_dir: str, env: str) -> dict[tuple, str]:
-    """(benchmark class, parameter strings) -> reason, for the cases an asv run recorded as out of memory
-    (``benchmarks.machine.record_asv_oom``): asv itself stores them as plain skips."""
-    folder = os.path.join(os.path.dirname(os.path.abspath(results_dir)), "oom", env)
-    out = {}
-    for path in glob.glob(os.path.join(glob.escape(folder), "*.json")):
-        try:
-            rec = _read(path)
-            out[(rec["class"], tuple(rec["params"]))] = rec["reason"]
-        except (ValueError, KeyError, TypeError):
-            continue  # a broken sidecar only loses the reason: the case stays a skip
-    return out
-
-
-def from_asv(results_dir: str) -> pd.DataFrame:
-    """Rows from asv's results directory (every machine, commit and environment in it)."""
-    from asv.results import iter_results  # asv is needed only to read its results (a GPU machine may lack it)
-
-    if not os.path.isdir(results_dir):
-        raise FileNotFoundError(f"no asv results directory at {results_dir!r}")
-    areas, rows = _asv_areas(), []
-    for res in iter_results(results_dir):
-        machine = res.params.get("machine")
-        meta = _asv_metadata(results_dir, res.env_name, machine) or {
-            "cpu_model": res.params.get("cpu"), "cpu_count": int(res.params.get("num_cpu") or 0) or None,
-            "torch": res.params.get("torch")}
-        ooms = _asv_ooms(results_dir, res.env_name)
-        base = {"source": "asv", "run": f"{os.path.normpath(results_dir)} @ {res.commit_hash[:8]} {res.env_name}",
-                "machine": machine, "commit": res.commit_hash, "env": res.env_name,
-                "date": pd.Timestamp(max(res.started_at.values()), unit="ms", tz="UTC") if res.started_at else pd.NaT,
-                **_facts(meta)}
-        for key in res.get_all_result_keys():
-            parts = key.split(".")
-            cls, bench = (parts[-2], parts[-1]) if len(parts) >= 3 else (None, parts[-1])
-            if cls not in areas:
-                continue  # a benchmark this suite no longer has
-            method, metric = asv_method_metric(bench)
-            params = res.get_result_params(key)
-            values = res.get_result_value(key, params)
-            stats = res.get_result_stats(key, params)
-            names = _asv_param_names(cls, areas, len(params))
-            for combo, value, stat in zip(itertools.product(*params), values, stats):
-                p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
-                ok = value is not None and value == value
-                wrong = ok and _asv_problem(metric, value)
-                oom = None if ok else ooms.get((cls, tuple(combo)))
-                row = {**base, **p, "area": areas[cls], "method": method, "metric": metric,
-                       "unit": UNITS.get(metric), "value": value if ok and not wrong else float("nan"),
-                       "status": "invalid" if wrong else "ok" if ok else "oom" if oom else "skipped",
-                       "reason": f"{results_dir} @ {res.commit_hash[:8]}, {key}: {wrong}" if wrong else
-                       None if ok else oom or "asv: skipped or failed"}
-                if wrong:
-                    rows.append(row)
-                    continue
-                if metric == "time" and stat:
-                    row.update(q25=stat.get("q_25"), q75=stat.get("q_75"), samples=stat.get("repeat"))
-                    if row["q25"] is not None and row["q75"] is not None:
-                        row["iqr"] = row["q75"] - row["q25"]
-                rows.append(row)
-                if metric == "time" and ok and row["area"] in cases.METHODS and method != "graph":
-                    # asv records no throughput; tokens per call follow from the parameters
-                    rows.append({**row, "metric": "tokens_per_s", "unit": UNITS["tokens_per_s"], "q25": None,
-                                 "q75": None, "iqr": None, "value": cases.tokens(row["area"], p, method) / value})
-    return _frame(rows)
-
-
-def _asv_problem(metric: str, value) -> str | None:
-    """Why a value asv recorded cannot be right (the runner's records pass ``records.problem``), or None."""
-    if not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
-        return f"{value!r} is not a finite number"
-    if metric == "time" and value <= 0:
-        return f"a time of {value!r} s is not positive"
-    if value < 0:
-        return f"{metric} {value!r} is negative"
-    return None
-
-
-def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
-    """The names of an asv class's parameters: the class's own ``param_names`` (the grid areas' classes
-    take theirs from cases.axes; GemmPeak and HeadParallelAttention list their own)."""
-    names = list(_asv_classes()[cls].param_names)
-    if len(names) != n:
-        raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {areas[cls]} benchmark has {names}")
-    return names
 
 
 # -- any mix --------------------------------------------------------------------------------------
@@ -399,15 +220,24 @@ def load(paths: Iterable[str]) -> pd.DataFrame:
 
 
 def runs(t: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: machine, source, commit (or why there is none), environment, when, and its cases
-    by status."""
+    """One row per run: machine, source, commit (or why there is none), environment, when, its rounds (and
+    ``incomplete``: timed cases with fewer rounds than the run planned, a run cut short), how busy the machine
+    was (``others_cpu``: the median and largest share of the cores other processes used while its CPU cases
+    were timed; ``busy_cases``: cases timed while others used more than BUSY_SHARE) and its cases by status."""
     timed = t[t.metric.isin(["time", "sequential_depth"])]
     status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
     out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
                                           commit=("commit", "first"), commit_error=("commit_error", "first"),
                                           env=("env", "first"), first=("date", "min"), last=("finished", "max"),
-                                          rounds=("rounds", "max"))
+                                          rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"))
     out["commit"] = [c[:8] if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
+    ok = timed[timed.status == "ok"]
+    out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
+        out.index, fill_value=0).astype(int)
+    others = t[(t.metric == "others_cpu_share") & (t.status == "ok")].groupby("run").value
+    out["others_cpu"] = [f"median {others.median()[r]:.0%}, max {others.max()[r]:.0%}"
+                         if r in others.groups else None for r in out.index]
+    out["busy_cases"] = (others.apply(lambda v: (v > BUSY_SHARE).sum())).reindex(out.index).astype("Int64")
     out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
     return out
 
@@ -420,7 +250,7 @@ def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict
         meta = os.path.join(path, "machine.json")
         if not os.path.exists(meta):
             continue
-        saved = _read(meta)
+        saved = read_json(meta)
         name = saved.get("name") or saved["machine"]["hostname"]
         if machine is None or name == machine:
             out.extend({**r, "root": path, "machine": name} for r in profiler.load(path))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -12,12 +14,14 @@ import pytest
 from run_helpers import PLAN, measure
 
 from benchmarks.core import machine, records, runner
+from benchmarks.core import measure as measure_
 from reports import tidy
+from reports.__main__ import main as reports_main
+from reports.analyses import noise
 
 # -- noise: interleaved control, normalised times, busy machine, noisy cases --------------------
 
 def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_peaks):
-    from reports.analyses import noise
 
     a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
     recs = [records.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
@@ -40,7 +44,6 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     would a control for the record as a whole. The raw time is the median of the rounds; the best round is
     the faster one."""
     from benchmarks.core.measure import combined
-    from reports.analyses import noise
 
     (tmp_path / "cases").mkdir()
     records.write_json_atomic(str(tmp_path / "machine.json"), {
@@ -67,23 +70,19 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
 
 
 def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):
-    import threading
-
     assert 0 <= runner.cpu_busy(0.2) <= 1
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     monkeypatch.setattr(runner, "cpu_busy", lambda seconds=0.5: 0.93)
     measure(tmp_path / "run", PLAN[:1])
     assert "already busy (other processes use 93% of its 1 cores)" in capsys.readouterr().err
     monkeypatch.undo()
-    stop = time.time() + 1.0
-    spinners = [threading.Thread(target=lambda: [0 for _ in iter(lambda: time.time() > stop, True)])
-                for _ in range(os.cpu_count() or 1)]
-    for s in spinners:  # a real busy machine, from this process (threads run while it sleeps)
-        s.start()
+    spin = "import time\nstop = time.time() + 1.5\nwhile time.time() < stop: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+    time.sleep(0.3)  # started: a real busy machine, from other processes (this one's own use is not counted)
     measured = runner.cpu_busy(0.5)
     for s in spinners:
-        s.join()
-    assert measured > 0.3  # Python threads share one core at a time: at least one core is busy
+        s.wait()
+    assert measured > 0.5  # every core spun by another process
 
 
 def test_normalised_times_follow_the_machines_drift_not_one_noisy_control():
@@ -103,3 +102,39 @@ def test_normalised_times_follow_the_machines_drift_not_one_noisy_control():
     typical = statistics.median(controls)  # the run's typical speed
     assert factor[5] == pytest.approx(100 / typical) and factor[70] == pytest.approx(50 / typical)
     assert factor[20] == pytest.approx(100 / typical)  # the misread control is outvoted by its neighbours
+
+
+def test_a_run_cut_short_before_its_rounds_is_labelled_incomplete_on_the_page(tmp_path, fake_peaks, monkeypatch):
+    real, calls = measure_.measure, []
+
+    def cut(case, method, **kw):
+        calls.append(method)
+        if len(calls) == 8:  # in the second of three rounds: some methods have 2 rounds, some 1
+            raise KeyboardInterrupt
+        return real(case, method, **kw)
+
+    monkeypatch.setattr(measure_, "measure", cut)
+    with pytest.raises(KeyboardInterrupt):
+        measure(tmp_path / "run", rounds=3)
+    monkeypatch.undo()
+    t = tidy.load([str(tmp_path / "run")])
+    run = tidy.runs(t).iloc[0]
+    assert run.rounds_planned == 3 and run.incomplete == 6 and run.rounds == 2
+    assert reports_main(["build", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 0
+    page = open(tmp_path / "r" / "index.html").read()
+    assert "6 timed cases have fewer rounds than the 3 planned: the run was cut short" in page
+
+
+def test_a_busy_machine_is_said_on_the_page_per_run_and_per_case(tmp_path, fake_peaks, monkeypatch):
+    shares = iter([0.9, 0.1] * 10)
+    monkeypatch.setattr(measure_, "others_cpu_share", lambda before, after: next(shares))
+    run = measure(tmp_path / "run")
+    t = tidy.load([run])
+    assert sorted(t[t.metric == "others_cpu_share"].value) == [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]
+    listed = tidy.runs(t).iloc[0]
+    assert listed.busy_cases == 3 and listed.others_cpu == "median 50%, max 90%"
+    assert len(noise.busy_cases(t)) == 3 and (noise.busy_cases(t).others_cpu_share == 0.9).all()
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    page = open(tmp_path / "r" / "index.html").read()
+    assert "was measured on a busy machine: other processes used more than 50% of the cores while 3 of" in page
+    assert "Cases timed on a busy machine" in page

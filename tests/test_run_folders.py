@@ -15,7 +15,7 @@ from run_helpers import PLAN, ROOT, files, in_process, measure
 
 from benchmarks.core import lock, records, runner
 from benchmarks.core import measure as measure_
-from reports import figures, tidy
+from reports import columns, figures, tidy
 from reports.__main__ import main as reports_main
 from reports.analyses import registry, runs
 
@@ -141,7 +141,7 @@ def test_the_page_lists_cases_whose_spread_was_not_measured(tmp_path):
     base = {"source": "runner", "run": "r", "machine": "m", "commit": "c", "area": "models", "method": "forward",
             "metric": "time", "unit": "s", "status": "ok", "model": "transformer", "device": "cpu"}
     base["date"] = "2026-12-04T08:00:00+00:00"
-    t = tidy._frame([{**base, "seq_len": 16, "value": 0.2, "q25": 0.19, "q75": 0.21, "iqr": 0.02, "samples": 9},
+    t = columns.frame([{**base, "seq_len": 16, "value": 0.2, "q25": 0.19, "q75": 0.21, "iqr": 0.02, "samples": 9},
                      {**base, "seq_len": 64, "value": 0.7, "q25": 0.7, "q75": 0.7, "iqr": 0.0, "samples": 1},
                      {**base, "seq_len": 32, "value": 0.4, "q25": 0.4, "q75": 0.4, "iqr": 0.0}])
     thin = noise.unreplicated_cases(t)

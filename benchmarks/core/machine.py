@@ -103,6 +103,28 @@ def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None =
                    for _ in range(repeats))
 
 
+def cpu_counters() -> tuple[int, int, float] | None:
+    """(clock ticks the cores were busy, clock ticks in all, this process's CPU seconds) so far, from Linux's
+    /proc/stat and os.times; None where /proc/stat is not there."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        own = os.times()
+        return sum(fields) - fields[3] - fields[4], sum(fields), own.user + own.system  # less idle and iowait
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others_cpu_share(before: tuple | None, after: tuple | None) -> float | None:
+    """The share of all cores that other processes used between two ``cpu_counters`` readings: the cores'
+    busy time less this process's own CPU time (the kernel counts both in clock ticks, so a reading over a
+    fraction of a second is good to a few per cent). None without both readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    own = (after[2] - before[2]) * os.sysconf("SC_CLK_TCK")
+    return min(1.0, max(0.0, (after[0] - before[0] - own) / (after[1] - before[1])))
+
+
 def peak_key(device: str, dtype: str, threads: int | None) -> str:
     return f"{device}/{dtype}/{'default' if threads is None else threads}"
 

@@ -21,7 +21,7 @@ import torch.utils.benchmark as tbench
 
 from ..cases import Prepared, Skip, using_threads
 from . import opgraph, telemetry
-from .machine import gemm_flops_per_s
+from .machine import cpu_counters, gemm_flops_per_s, others_cpu_share
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's
@@ -84,15 +84,18 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
 
 def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict:
     """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
-    before and just after it (their geometric mean), and when it started."""
+    before and just after it (their geometric mean), the share of the cores other processes used while it
+    was timed (``machine.others_cpu_share``; CPU cases), and when it started."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
+    counters = cpu_counters() if control else None
     timing = blocked_timing(fn, min_run_time)
+    others = others_cpu_share(counters, cpu_counters()) if control else None
     after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
     return {"started_at": started, "median_s": timing.median, "q25_s": timing.q25, "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
-            "control_flops_per_s": (before * after) ** 0.5 if control else None}
+            "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others}
 
 
 def combined(rounds: list[dict]) -> dict:
@@ -100,11 +103,13 @@ def combined(rounds: list[dict]) -> dict:
     median; the quartiles of one round's blocks, or with several rounds those of the round medians (the
     spread that separates two runs on a shared machine is the one between moments minutes apart, which
     the blocks of one round, seconds apart, do not see); ``samples``, how many values the quartiles are
-    over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median control; with
+    over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median control and the
+    median share of the cores other processes used while it was timed (``others_cpu_share``); with
     several rounds also the best round's median (``time_best_round_s``): on a shared machine whose
     neighbours only ever slow it down, the round least disturbed."""
     med = lambda key: float(statistics.median(r[key] for r in rounds))  # noqa: E731
     controls = [r["control_flops_per_s"] for r in rounds if r["control_flops_per_s"]]
+    others = [r["others_cpu_share"] for r in rounds if r.get("others_cpu_share") is not None]
     if len(rounds) > 1:
         q25, q75 = (float(q) for q in np.percentile([r["median_s"] for r in rounds], [25, 75]))
     else:
@@ -112,7 +117,8 @@ def combined(rounds: list[dict]) -> dict:
     fields = {"time_median_s": med("median_s"), "time_q25_s": q25, "time_q75_s": q75, "time_iqr_s": q75 - q25,
               "samples": len(rounds) if len(rounds) > 1 else rounds[0]["blocks"],
               "blocks": sum(r["blocks"] for r in rounds), "calls_per_block": rounds[-1]["calls_per_block"],
-              "control_flops_per_s": float(statistics.median(controls)) if controls else None, "rounds": rounds}
+              "control_flops_per_s": float(statistics.median(controls)) if controls else None,
+              "others_cpu_share": float(statistics.median(others)) if others else None, "rounds": rounds}
     if len(rounds) > 1:
         fields["time_best_round_s"] = min(r["median_s"] for r in rounds)
     return fields

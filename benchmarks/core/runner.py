@@ -265,20 +265,11 @@ BUSY_SAMPLE_S = 0.5
 
 
 def cpu_busy(seconds: float = 0.5) -> float | None:
-    """Share of all cores in use over the next ``seconds`` (Linux /proc/stat), while this process sleeps:
-    what others are using now. None where /proc/stat is not there."""
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
-
-    try:
-        idle0, total0 = sample()
-        time.sleep(seconds)
-        idle1, total1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1 - (idle1 - idle0) / max(total1 - total0, 1)
+    """Share of all cores that other processes use over the next ``seconds`` (while this one sleeps): what
+    others are using now. None where /proc/stat is not there."""
+    before = machine.cpu_counters()
+    time.sleep(seconds)
+    return machine.others_cpu_share(before, machine.cpu_counters())
 
 
 def machine_busy() -> str | None:

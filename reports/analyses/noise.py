@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from benchmarks.core.measure import MIN_SAMPLES
-from benchmarks.core.runner import NOISY
+from benchmarks.core.runner import BUSY_SHARE, NOISY
 
 from .. import tidy
 from .base import case_columns
@@ -52,6 +52,34 @@ def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
     rows = t[(t.metric == "time") & (t.status == "ok") & (t.samples < MIN_SAMPLES).fillna(False)]
     return case_columns(rows.sort_values("value", ascending=False), "value", "samples").rename(
         columns={"value": "median s"})
+
+
+def busy_cases(t: pd.DataFrame) -> pd.DataFrame:
+    """Every timed case during which other processes used more than BUSY_SHARE of the cores (the runner's
+    ``others_cpu_share``), busiest first, with its time: slower and noisier than on a quiet machine."""
+    busy = t[(t.metric == "others_cpu_share") & (t.status == "ok") & (t.value > BUSY_SHARE)]
+    if busy.empty:
+        return pd.DataFrame()
+    keys = ["run", "area", "method", *tidy.PARAMS]
+    times = t[(t.metric == "time") & (t.status == "ok")][keys + ["value"]].rename(columns={"value": "median s"})
+    rows = busy.rename(columns={"value": "others_cpu_share"}).merge(times, on=keys, how="left")
+    return case_columns(rows.sort_values("others_cpu_share", ascending=False), "others_cpu_share", "median s")
+
+
+def run_warnings(runs: pd.DataFrame) -> list[str]:
+    """What a reader must know before trusting a run (``tidy.runs``): it was cut short before all its
+    rounds, or timed while other processes used the cores."""
+    out = []
+    for run, r in runs.iterrows():
+        if r.get("incomplete", 0) > 0:
+            out.append(f"Run {run}: {r.incomplete} timed cases have fewer rounds than the {r.rounds_planned} "
+                       "planned: the run was cut short. Its times are over fewer rounds; run the same command "
+                       "again to finish it.")
+        if pd.notna(r.get("busy_cases")) and r.busy_cases > 0:
+            out.append(f"Run {run} was measured on a busy machine: other processes used more than {BUSY_SHARE:.0%} "
+                       f"of the cores while {r.busy_cases} of its CPU cases were timed (their share: {r.others_cpu})."
+                       " Those times are slower and noisier; each is listed under Noise.")
+    return out
 
 
 def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:

@@ -1,0 +1,50 @@
+"""The tidy table's columns: every metric with its unit, every parameter axis, the machine's facts, and
+``frame``, which makes rows into a table with them (``reports.tidy`` reads runner folders into it,
+``reports.asv_table`` asv's results)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from benchmarks import cases
+
+#: metric -> unit, for every metric the runner or the asv suite records
+UNITS = {
+    "time": "s", "peak_rss": "bytes", "matmul_flops": "FLOP", "other_flops": "FLOP",
+    "achieved_flops_per_s": "FLOP/s", "fraction_of_peak": "fraction", "tokens_per_s": "token/s",
+    "gemm_peak_flops_per_s": "FLOP/s", "gpu_peak_memory_bytes": "bytes", "gpu_power_w": "W",
+    "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
+    "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
+    "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
+    "time_best_round": "s", "others_cpu_share": "fraction",
+    "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
+}
+#: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
+GRAPH_METRICS = ("sequential_depth", "op_launches")
+PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
+                | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
+MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
+COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
+            "rounds_planned", "area",
+            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason"]
+           + PARAMS + MACHINE_FACTS)
+
+
+#: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
+INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds",
+            "rounds_planned", "samples"]
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["date"] = pd.to_datetime(frame["date"], utc=True)
+    frame["finished"] = pd.to_datetime(frame["finished"].astype(object).where(frame["finished"].notna(), frame["date"]),
+                                       utc=True)
+    for column in INTEGERS:
+        frame[column] = pd.to_numeric(frame[column]).astype("Int64")
+    return frame
+
+
+def facts(meta: dict | None) -> dict:
+    meta = meta or {}
+    return {k: meta.get(k) for k in MACHINE_FACTS}
