@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(run.interrupted(), file=sys.stderr)
         return 130
+    except OSError as error:
+        if error.errno not in pipeline.DISK_FULL:
+            raise
+        print(run.disk_full(error), file=sys.stderr)
+        return 1
     finally:
         run.release()
     if run.ranks.world > 1 and run.ranks.rank == 0:

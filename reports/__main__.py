@@ -29,6 +29,9 @@ from .analyses.runs import latest_run, one_machine_per_run
 from .html import MISSING, displayable
 
 REPORT_DIR = os.path.join("results", "report")
+#: bytes a report (page, figures, CSV; about 4 MB of the default grid) and the profiles and their traces
+#: (about 2 MB) may take at most
+REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
 
@@ -78,7 +81,9 @@ def measure(args) -> int:
     start = time.time()
     try:
         guards.writable_folder(args.report, "--report")
-        run = pipeline.plan_run(args)  # under torchrun: this rank's share of the grid; rank 0 profiles and reports
+        guards.check_free_space(args.report, 2 * REPORT_BYTES, "--report", "the report, built beside the old one")
+        # under torchrun: this rank's share of the grid; rank 0 profiles and reports
+        run = pipeline.plan_run(args, extra=(0, "") if args.no_profile else (PROFILE_BYTES, " and the profiles"))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -96,6 +101,11 @@ def measure(args) -> int:
     except KeyboardInterrupt:
         print(run.interrupted(), file=sys.stderr)
         return 130
+    except OSError as error:
+        if error.errno not in pipeline.DISK_FULL:
+            raise
+        print(run.disk_full(error), file=sys.stderr)
+        return 1
     finally:
         run.release()
     index = _report([out], args.report)

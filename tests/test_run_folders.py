@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import sys
 import pytest
 from run_helpers import PLAN, ROOT, files, in_process, measure
 
-from benchmarks.core import lock, records, runner
+from benchmarks.core import guards, lock, machine, records, runner
 from benchmarks.core import measure as measure_
 from reports import columns, figures, tidy
 from reports.__main__ import main as reports_main
@@ -342,3 +343,33 @@ def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_lin
     now = tidy.load([run])
     assert set(now.commit.dropna()) == {runner.commit()} and (now[now.metric == "time"].status == "ok").all()
     assert set(now[now.metric == "time"].rounds.dropna()) == {2 if other == "rounds" else 1}
+
+
+def test_a_disk_too_full_for_the_run_is_one_line_before_calibration(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.setattr(guards.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(): pytest.fail("calibrated on a full disk"))
+    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--out", str(out), "--no-progress",
+                           module="benchmarks.runner")
+    assert code == 2 and "Traceback" not in err
+    assert f"--out {str(out)!r}: 1000 bytes free on its disk, and this run needs about " in err
+    assert "free some space or give another --out" in err and not (out / "machine.json").exists()
+
+
+def test_a_disk_that_fills_mid_run_ends_in_one_line_and_the_summary(tmp_path, fake_peaks, capsys, monkeypatch):
+    real, written = runner.write_json_atomic, []
+
+    def fills(path, data):
+        if len(written) == 3:  # machine.json and two records written, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(runner, "write_json_atomic", fills)
+    out = tmp_path / "run"
+    code, err = in_process(capsys, "--grid", "quick", "--area", "multihead", "--device", "cpu", "--out", str(out),
+                           "--no-progress", "--min-run-time", "0.01", module="benchmarks.runner")
+    assert code == 1 and "Traceback" not in err
+    assert f"error: could not write in {out} (No space left on device): every record written before is whole" in err
+    assert "Run summary" in err and "measured       2" in err
+    assert all(records.problem(records.read_json(p)) is None for p in written[1:])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import tempfile
 
 import torch
@@ -80,6 +81,23 @@ def writable_folder(path: str, what: str) -> str:
     except OSError as error:
         raise ValueError(f"{what} {path!r}: cannot write there ({error.strerror or error})") from None
     return path
+
+
+def check_free_space(path: str, needed: int, what: str, why: str) -> None:
+    """ValueError naming ``path`` (``what``: the option), its free space and the ``needed`` bytes (``why``:
+    what they are for) when the disk holding it has less free; checked before anything is measured."""
+    free = shutil.disk_usage(path).free
+    if free < needed:
+        raise ValueError(f"{what} {path!r}: {_size(free)} free on its disk, and this run needs about {_size(needed)} "
+                         f"({why}); free some space or give another {what}")
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def writable_file(path: str, what: str) -> str:

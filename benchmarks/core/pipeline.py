@@ -8,6 +8,7 @@ their defaults.
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import os
 import shutil
@@ -17,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .. import cases
 from . import guards
 from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
@@ -71,17 +73,40 @@ class GridRun:
         if self.lock is not None:
             self.lock.release()
 
+    def disk_full(self, error: OSError) -> str:
+        """What a run stopped by a full disk says: where, what was kept, and how to go on."""
+        return (f"error: could not write in {self.out} ({error.strerror}): every record written before is whole; "
+                "free some space and run the same command again to resume.\n" + self.runner.summary(self.runner.counts))
+
     def interrupted(self) -> str:
         """What an interrupted run (Ctrl-C) says: what it measured so far, and how to go on."""
         return ("interrupted: every record written so far is whole (each is written as soon as its case ends); "
                 "run the same command again to resume.\n" + self.runner.summary(self.runner.counts))
 
 
-def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None) -> GridRun:
+#: the errors of a full disk (no space; quota exceeded)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+#: bytes a method's record takes at most (one round; about 4 KB on the default grid), and each further round
+RECORD_BYTES, ROUND_BYTES = 8192, 1024
+
+
+def space_needed(todo: list[tuple[str, dict]], rounds: int) -> int:
+    """Bytes a run of ``todo`` may write into its folder: every method's record, and machine.json."""
+    methods = sum(len(cases.METHODS[area]) for area, _ in todo)
+    return methods * (RECORD_BYTES + (rounds - 1) * ROUND_BYTES) + RECORD_BYTES
+
+
+def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None, extra: tuple[int, str] = (0, "")
+             ) -> GridRun:
     """Everything checked before anything is measured (ValueError naming the bad value): the grid and its
-    areas and devices, the run folder, the timing options; under torchrun, this rank joins the group."""
+    areas and devices, the run folder and the free space on its disk (the records, and ``extra``: (bytes,
+    what for) that the command writes there too), the timing options; under torchrun, this rank joins
+    the group."""
     todo = plan(args.grid, areas, getattr(args, "device", None))
     out = guards.writable_folder(run_folder(args), "--out")
+    rounds = getattr(args, "rounds", 1)
+    guards.check_free_space(out, space_needed(todo, rounds) + extra[0],
+                            "--out", f"{len(todo)} cases' records in {rounds} round{'s' * (rounds != 1)}{extra[1]}")
     one_machine(out, machine_name(args))
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
     ranks = Ranks()
