@@ -133,11 +133,23 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(SCRIPTS) if f.endswith(".py") and f != "__init__.py"))
 @pytest.mark.slow
 def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, script):
-    """``.venv/bin/python scripts/X.py``: the script finds the project's packages (benchmarks, reports are not
-    installed), whatever the current folder."""
+    """``.venv/bin/python scripts/X.py``: the script finds its own checkout's packages, whatever the current
+    folder."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", script)
     done = subprocess.run([sys.executable, path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+def test_the_commands_run_from_any_folder(tmp_path):
+    """``cd anywhere && <repo>/.venv/bin/python -m benchmarks.runner`` (or ``-m reports``): the packages are
+    installed (scripts/setup.sh), not found through the current folder."""
+    for module, args, says in (("benchmarks.runner", ["--help"], "usage: python -m benchmarks.runner"),
+                               ("benchmarks.distributed", ["--help"], "usage:"),
+                               ("reports", ["claims"], "# The claims attention-bench tests")):
+        done = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and says in done.stdout, (module, done.stderr[-2000:])
 
 
 @pytest.mark.slow
