@@ -23,7 +23,8 @@ class HeadParallelAttention:
     track_time.unit = "s"
 
     def track_comm_share(self, *params):
-        """The collectives' time alone over the forward's time."""
+        """The collectives' share of the forward's work: comm / (compute + comm), each timed alone in the same
+        blocks (benchmarks.core.head_parallel), so it lies in (0, 1)."""
         return self.metrics["comm_share"]
 
     track_comm_share.unit = "fraction"

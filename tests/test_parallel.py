@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -100,6 +101,12 @@ def _bad_input_case(rank, store, world):
             HeadParallelMultiHeadAttention(16, 4, combine="concat")
         with pytest.raises(ValueError, match="d_ff=33 is not divisible by the world size 2"):
             HeadParallelEncoderLayer.from_single(EncoderLayer(16, 4, 33))
+        # each rank given its own sequence length: one clear error on every rank, not a gloo abort
+        par = HeadParallelMultiHeadAttention.from_single(MultiHeadAttention(16, 4))
+        with pytest.raises(ValueError, match=r"the same shapes on every rank; got rank 0: query \(2, 5, 16\), key "
+                                             r"\(2, 5, 16\), value \(2, 5, 16\); rank 1: query \(2, 6, 16\)"):
+            par(torch.randn(2, 5 + rank, 16))
+        assert par(torch.randn(2, 5, 16)).shape == (2, 5, 16)  # the group still works
     finally:
         dist.destroy_process_group()
 
@@ -110,6 +117,25 @@ def _bad_input_case(rank, store, world):
 @pytest.mark.slow
 def test_gloo_ranks_match_the_single_process_module(case, world, tmp_path):
     mp.start_processes(case, args=(str(tmp_path / "store"), world), nprocs=world, start_method="spawn")
+
+
+def test_the_forward_its_compute_and_its_collectives_are_timed_in_the_same_mirrored_blocks(tmp_path):
+    from benchmarks.core import head_parallel
+
+    order = []
+    fns = {name: (lambda name=name, t=t: (order.append(name), time.sleep(t))) for name, t in
+           (("forward", 0.004), ("compute", 0.003), ("comm", 0.001))}
+    _init(0, str(tmp_path / "store"), world=1)
+    try:
+        blocks = head_parallel.lockstep_blocks(fns, torch.device("cpu"), min_run_time=0.03, repeats=4)
+    finally:
+        dist.destroy_process_group()
+    timed = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]  # runs of one function
+    # after each one's probe: A B C, C B A, A B C, C B A (a function run twice in a row reads as one run)
+    assert timed[3:] == ["forward", "compute", "comm", "compute", "forward", "compute", "comm", "compute", "forward"]
+    assert {k: len(v) for k, v in blocks.items()} == {"forward": 4, "compute": 4, "comm": 4}
+    shares = [c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"])]
+    assert all(0.15 < s < 0.3 for s in shares), shares  # 1 ms of 4 ms, sleep's overshoot aside
 
 
 def test_without_a_process_group_the_error_says_so():

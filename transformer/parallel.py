@@ -124,6 +124,22 @@ def _world(group) -> tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
+def same_shapes_on_every_rank(group, **inputs: torch.Tensor) -> None:
+    """ValueError on every rank, naming each rank's shapes, when the ranks were given inputs of different
+    shapes: the collectives would then carry different sizes, which aborts gloo and hangs NCCL."""
+    dims = max(t.dim() for t in inputs.values())
+    mine = torch.tensor([d for t in inputs.values() for d in (*t.shape, *[0] * (dims - t.dim()))],
+                        dtype=torch.int64, device=next(iter(inputs.values())).device)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    if any(not torch.equal(other, mine) for other in every):
+        def told(shapes):
+            parts = shapes.view(len(inputs), dims).tolist()
+            return ", ".join(f"{name} {tuple(d for d in p if d)}" for name, p in zip(inputs, parts))
+        raise ValueError("head-parallel attention needs inputs of the same shapes on every rank; got "
+                         + "; ".join(f"rank {r}: {told(s)}" for r, s in enumerate(every)))
+
+
 def check_split(name: str, total: int, world: int) -> int:
     """``total`` (heads, or FFN units) split evenly over ``world`` ranks; the share per rank."""
     if total % world:
@@ -157,6 +173,9 @@ class HeadParallelMultiHeadAttention(nn.Module):
         out_in = width if combine == "allreduce" else d_model
         self.out_proj_weight = nn.Parameter(torch.empty(d_model, out_in, **f))
         self.out_proj_bias = nn.Parameter(torch.zeros(d_model, **f)) if bias else None
+        #: every forward first checks that the ranks were given inputs of one shape (one small all-gather);
+        #: a benchmark that has checked its inputs once turns it off to time the layer alone
+        self.check_shapes = True
 
     @property
     def head_slice(self) -> slice:
@@ -194,6 +213,8 @@ class HeadParallelMultiHeadAttention(nn.Module):
         value = key if value is None else value
         self._spec._check_inputs(query, key, value)
         check_bool("causal", causal)
+        if self.check_shapes and self.world > 1:
+            same_shapes_on_every_rank(self.group, query=query, key=key, value=value)
         mask = self._spec._combine_masks(attn_mask, key_padding_mask, query.shape[0], query.shape[1], key.shape[1])
         if mask is not None and mask.shape[1] > 1:  # a mask per head: this rank's heads
             mask = mask[:, self.rank * self.local_heads:(self.rank + 1) * self.local_heads]
@@ -275,4 +296,4 @@ class HeadParallelEncoderLayer(nn.Module):
 
 
 __all__ = ["COMBINES", "HeadParallelMultiHeadAttention", "HeadParallelFeedForward", "HeadParallelEncoderLayer",
-           "check_split", "local_only"]
+           "check_split", "local_only", "same_shapes_on_every_rank"]

@@ -15,7 +15,10 @@ and split with ``transformer.parallel``. Every rank then runs the same number of
 - ``comm_s``: the collectives alone, on tensors of the shapes the forward sends; ``comm_bytes``: what
   they carry per rank (all-reduce of the output; all-gather of the heads) by the ring algorithms'
   count, ``comm_bytes_measured``: what each rank actually sent, read from the network interfaces'
-  counters (gloo; None for NCCL), ``comm_share`` = comm/time.
+  counters (gloo; None for NCCL);
+- ``comm_share``: the collectives' share of the forward's work, comm / (compute + comm), per block and
+  its median: the three are timed in the same blocks, in mirrored order (``lockstep_blocks``), so a
+  slow moment of the machine falls on all three and the share lies in (0, 1) by construction.
 
 Rank 0 writes one record per case into the run folder (``<out>/cases/parallel--forward--...json``,
 with ``ranks``, ``backend`` and ``combine`` among its parameters), so runs at different rank counts
@@ -27,12 +30,14 @@ cores.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -154,24 +159,37 @@ def wire_bytes(fn, device, calls: int = 10) -> float | None:
     return None if sent[1] else sent[0].item() / dist.get_world_size() / calls
 
 
-def lockstep_times(fn, device, min_run_time: float, repeats: int = REPEATS) -> list[float]:
-    """Seconds per call in each of ``repeats`` blocks; every rank runs the same number of calls (rank 0's
-    choice, broadcast), so that collectives inside ``fn`` always meet."""
+def lockstep_blocks(fns: dict[str, Callable], device, min_run_time: float, repeats: int = REPEATS,
+                    local: frozenset = frozenset()) -> dict[str, list[float]]:
+    """Seconds per call of each function in each of ``repeats`` blocks. Within a block every function runs
+    its calls in turn, in mirrored order from one block to the next (A B C, C B A, ...), so that a shared
+    machine's slow moments fall on all of them alike and their ratios hold; every rank runs the same number
+    of calls (rank 0's choice, broadcast), so that collectives inside them always meet. The functions named
+    in ``local`` run with the collectives left out (``parallel.local_only``)."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    fn(), sync()
-    dist.barrier()
-    start = time.perf_counter()
-    fn(), sync()
-    probe = [max(1, int(min_run_time / repeats / max(time.perf_counter() - start, 1e-6)))]
-    dist.broadcast_object_list(probe, src=0)
-    times = []
-    for _ in range(repeats):
+
+    def run(name, calls):
+        with parallel.local_only() if name in local else contextlib.nullcontext():
+            for _ in range(calls):
+                fns[name]()
+            sync()
+
+    calls = {}
+    for name in fns:
+        run(name, 1)
         dist.barrier()
         start = time.perf_counter()
-        for _ in range(probe[0]):
-            fn()
-        sync()
-        times.append((time.perf_counter() - start) / probe[0])
+        run(name, 1)
+        calls[name] = max(1, int(min_run_time / repeats / max(time.perf_counter() - start, 1e-6)))
+    shared = [calls]
+    dist.broadcast_object_list(shared, src=0)
+    calls, times = shared[0], {name: [] for name in fns}
+    for block in range(repeats):
+        for name in (list(fns) if block % 2 == 0 else list(fns)[::-1]):
+            dist.barrier()
+            start = time.perf_counter()
+            run(name, calls[name])
+            times[name].append((time.perf_counter() - start) / calls[name])
     return times
 
 
@@ -185,18 +203,24 @@ def slowest(values: list[float], device) -> list[float]:
 def measure_case(params: dict, device, min_run_time: float) -> dict:
     module, x, sends = build(params, device)
     with torch.no_grad():
-        blocks = lockstep_times(lambda: module(x), device, min_run_time)
-        with parallel.local_only():
-            compute = statistics.median(lockstep_times(lambda: module(x), device, min_run_time))
+        module(x)  # the inputs checked once on every rank; then the layer is timed without the check
+        for m in module.modules():
+            if isinstance(m, parallel.HeadParallelMultiHeadAttention):
+                m.check_shapes = False
         comm_fn, moved = collectives(sends, device)
-        comm = statistics.median(lockstep_times(comm_fn, device, min_run_time))
+        forward = lambda: module(x)  # noqa: E731
+        blocks = lockstep_blocks({"forward": forward, "compute": forward, "comm": comm_fn}, device, min_run_time,
+                                 local=frozenset({"compute"}))
         wire = wire_bytes(comm_fn, device) if dist.get_world_size() > 1 else 0.0
-    q25, total, q75 = np.percentile(blocks, [25, 50, 75]).tolist()
-    q25, total, q75, compute, comm = slowest([q25, total, q75, compute, comm], device)
+    q25, total, q75 = np.percentile(blocks["forward"], [25, 50, 75]).tolist()
+    # each block's share of the collectives in the forward's work, its slowest rank's
+    shares = slowest([c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"])], device)
+    q25, total, q75, compute, comm = slowest(
+        [q25, total, q75, statistics.median(blocks["compute"]), statistics.median(blocks["comm"])], device)
     tokens = params["batch"] * params["seq_len"]
     return {"time_median_s": total, "time_q25_s": q25, "time_q75_s": q75, "time_iqr_s": q75 - q25,
-            "samples": len(blocks),
-            "compute_s": compute, "comm_s": comm, "comm_share": comm / total, "comm_bytes": moved,
+            "samples": len(blocks["forward"]),
+            "compute_s": compute, "comm_s": comm, "comm_share": statistics.median(shares), "comm_bytes": moved,
             "comm_bytes_measured": wire,
             "tokens": tokens, "tokens_per_s": tokens / total, "threads": torch.get_num_threads()}
 

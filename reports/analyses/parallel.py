@@ -38,7 +38,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
             if w > 1:
                 share, alone = metrics.get((*key, w)), compute.get((*key, w))
                 # inside the layer: what the forward loses to its collectives (end to end minus the same
-                # forward with them left out); comm_share: the same collectives timed on their own
+                # forward with them left out); comm_share: the collectives over compute + collectives, timed alone
                 strong.append({**dict(zip(CASE, key)), "ranks": w, "time_1_rank_s": float(base.iloc[0]),
                                "time_s": v, "speedup": float(base.iloc[0]) / v, "comm_share": share,
                                "comm_in_layer_share": None if alone is None else (v - alone) / v})
@@ -70,9 +70,10 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     sentences = [f"On {w} ranks against one, the median case runs {at_w.speedup.median():.2f}× as fast "
                  f"({at_w.speedup.min():.2f}–{at_w.speedup.max():.2f}×); the best is {best['layer']} with "
                  f"{best['combine']}, "
-                 f"h {int(best.heads)}, n {int(best.seq_len)} ({best.speedup:.2f}×). Communication takes "
-                 f"{at_w.comm_share.median():.0%} of the time at the median ({at_w.comm_share.min():.0%}–"
-                 f"{at_w.comm_share.max():.0%}) when the collectives are timed on their own; inside the layer "
+                 f"h {int(best.heads)}, n {int(best.seq_len)} ({best.speedup:.2f}×). Communication is "
+                 f"{at_w.comm_share.median():.0%} of the work at the median ({at_w.comm_share.min():.0%}–"
+                 f"{at_w.comm_share.max():.0%}; the collectives and the forward without them, each timed alone "
+                 f"in the same blocks); inside the layer "
                  f"(end to end minus the same forward without them) they add {at_w.comm_in_layer_share.median():.0%}."]
     over = (_per_case(t, "comm_bytes_measured") / _per_case(t, "comm_bytes")).dropna()
     over = over[over.index.get_level_values("ranks") > 1]
@@ -109,7 +110,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                          f"machines or GPUs are needed to see the compute shrink.")
     a.verdict = f"{a.conditions}: " + " ".join(sentences)
     a.answer = (f"On {w} ranks the median case runs {at_w.speedup.median():.2f}× as fast as on one; the "
-                f"collectives alone take {at_w.comm_share.median():.0%} of its time.")
+                f"collectives are {at_w.comm_share.median():.0%} of its work.")
     return a
 
 
