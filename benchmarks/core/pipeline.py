@@ -169,7 +169,7 @@ def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
             shutil.move(profile, os.path.join(home, "profiles", os.path.basename(profile)))
     if not groups:
         return None
-    told = "; ".join(f"{n} records of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
+    told = "; ".join(f"{n} record{'s' * (n != 1)} of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
                      for (c, r), n in groups.items())
     line = (f"note: {out} holds one run (commit {str(commit)[:8]}, {rounds} round{'s' * (rounds != 1)}); moved "
             f"{told}")
