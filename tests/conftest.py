@@ -29,5 +29,5 @@ def _short_busy_check_and_controls(monkeypatch):
 @pytest.fixture
 def fake_peaks(monkeypatch):
     """Known GEMM peaks instead of a calibration: fractions of peak become checkable, runs start at once."""
-    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
         machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})

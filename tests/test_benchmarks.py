@@ -75,18 +75,22 @@ def test_setup_and_every_benchmark_body_run(cls, peaks):
 def test_achieved_flops_and_fraction_of_peak_divide_the_right_numbers(peaks, monkeypatch):
     from benchmarks.core import measure
 
-    monkeypatch.setattr(measure, "blocked_timing", lambda fn, min_run_time: measure.Timing(0.004, 0.003, 0.005, 5, 1))
     bench = CLASS_BY_AREA["threads"]()
     values = [{"workload": "multihead", "threads": 1}[n] for n in bench.param_names]
     bench.setup(peaks, *values)
     flops_ = bench.case.flops.forward.matmul_total
-    assert bench.track_achieved_flops_per_s(peaks, *values) == flops_ / 0.004
-    assert bench.track_fraction_of_peak(peaks, *values) == flops_ / 0.004 / peaks["cpu/float32/1"]
+    slow = 4 * flops_ / peaks["cpu/float32/1"]  # a time at a quarter of the peak
+    monkeypatch.setattr(measure, "blocked_timing", lambda fn, min_run_time: measure.Timing(slow, slow, slow, 5, 1))
+    assert bench.track_achieved_flops_per_s(peaks, *values) == flops_ / slow
+    assert bench.track_fraction_of_peak(peaks, *values) == pytest.approx(flops_ / slow / peaks["cpu/float32/1"])
+    fast = flops_ / peaks["cpu/float32/1"] / 1.5  # faster than the peak: the peak read low, the fraction is 1
+    monkeypatch.setattr(measure, "blocked_timing", lambda fn, min_run_time: measure.Timing(fast, fast, fast, 5, 1))
+    assert bench.track_fraction_of_peak(peaks, *values) == 1.0
 
 
 def test_setup_cache_calibrates_every_thread_count_and_the_default(peaks):
     threads = cases.axes("threads", "quick")["threads"]
-    assert set(peaks) == {f"cpu/float32/{t}" for t in ["default", *threads]}
+    assert set(peaks) == {f"cpu/float32/{t}" for t in {torch.get_num_threads(), *threads}}  # default resolved
     assert all(v > 1e8 for v in peaks.values())  # any CPU this runs on does 0.1 GFLOP/s
 
 

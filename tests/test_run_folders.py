@@ -348,7 +348,7 @@ def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_lin
 def test_a_disk_too_full_for_the_run_is_one_line_before_calibration(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setattr(guards.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
-    monkeypatch.setattr(machine, "calibrate", lambda threads=(): pytest.fail("calibrated on a full disk"))
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: pytest.fail("calibrated on a full disk"))
     code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--out", str(out), "--no-progress",
                            module="benchmarks.runner")
     assert code == 2 and "Traceback" not in err

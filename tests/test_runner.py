@@ -24,7 +24,7 @@ PEAK = 1e11
 @pytest.fixture(autouse=True)
 def fake_peaks(monkeypatch):
     """Calibration is tested in test_benchmarks; here a known peak makes fractions checkable."""
-    monkeypatch.setattr(machine, "calibrate", lambda threads=(): {
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
         machine.peak_key("cpu", "float32", t): PEAK for t in (None, *threads)})
 
 

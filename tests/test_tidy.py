@@ -21,7 +21,7 @@ def measured_once(tmp_path_factory):
     """One short sweep for the module; each test gets its own copy (runner_folder)."""
     out = tmp_path_factory.mktemp("measured") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(machine, "calibrate", lambda threads=(): {
+        mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
             machine.peak_key("cpu", "float32", t): 2e11 for t in (None, *threads)})
         runner.Runner(str(out), min_run_time=0.01, name="laptop").run(PLAN, progress=False)
     return out

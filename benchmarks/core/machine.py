@@ -126,16 +126,43 @@ def others_cpu_share(before: tuple | None, after: tuple | None) -> float | None:
 
 
 def peak_key(device: str, dtype: str, threads: int | None) -> str:
+    """``device/dtype/threads``: a CPU peak under the thread count it ran at (the default resolved to its
+    number, so that the default and the same count given explicitly are one peak); ``default`` on a GPU."""
+    if device == "cpu" and threads is None:
+        threads = torch.get_num_threads()
     return f"{device}/{dtype}/{'default' if threads is None else threads}"
 
 
-def calibrate(threads: list[int] | tuple[int, ...] = ()) -> dict[str, float]:
-    """GEMM peaks for every dtype of every device this machine has; the CPU at its default thread
-    count and at each of ``threads``. Keys from ``peak_key``."""
-    peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, t) for d in GEMM_DTYPES["cpu"] for t in (None, *threads)}
+#: how far a case's achieved FLOP/s may pass its calibrated peak before the peak is known to be too low (a
+#: calibration slowed by other processes) and is raised to it: beyond this a fraction of peak is an error
+PEAK_TOLERANCE = 1.05
+
+
+def calibrate(threads: list[int] | tuple[int, ...] = (), fresh: bool = False) -> dict[str, float]:
+    """GEMM peaks for every dtype of every device this machine has; the CPU at its default thread count
+    and at each of ``threads``, one peak per real thread count. Keys from ``peak_key``. ``fresh``: measure
+    again rather than reuse this process's earlier calibration (``gemm_peak`` caches)."""
+    if fresh:
+        gemm_peak.cache_clear()
+    counts = sorted({torch.get_num_threads(), *threads})
+    peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, t) for d in GEMM_DTYPES["cpu"] for t in counts}
     if torch.cuda.is_available():
         peaks.update({peak_key("cuda", d, None): gemm_peak("cuda", d) for d in GEMM_DTYPES["cuda"]})
     return peaks
+
+
+def best_peaks(*calibrations: dict[str, float]) -> dict[str, float]:
+    """Each key's best peak over several calibrations: a peak is a best case, and a calibration slowed by
+    other processes only ever reads low."""
+    return {key: max(c[key] for c in calibrations if key in c) for c in calibrations for key in c}
+
+
+def bounded_fraction(achieved: float, peak: float) -> tuple[float, bool]:
+    """(achieved over peak, whether the peak was too low): beyond PEAK_TOLERANCE the peak is raised to the
+    achieved FLOP/s (a fraction of 1), never published above it."""
+    if achieved > PEAK_TOLERANCE * peak:
+        return 1.0, True
+    return achieved / peak, False
 
 
 def record_asv_oom(benchmark_class: str, params: tuple, reason: str) -> str | None:

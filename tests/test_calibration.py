@@ -1,0 +1,86 @@
+"""GEMM peaks that load cannot fool: one peak per real thread count, calibrated at a run's start and end with
+the best kept, and a case faster than its peak raises the peak and is flagged, never published above 1.05."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+from run_helpers import measure
+
+from benchmarks.core import machine, records
+from reports import tidy
+from reports.__main__ import main as reports_main
+
+PLAN = [("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"})]
+
+
+def test_the_default_thread_count_is_one_peak_with_the_same_count_given():
+    n = torch.get_num_threads()
+    assert machine.peak_key("cpu", "float32", None) == machine.peak_key("cpu", "float32", n) == f"cpu/float32/{n}"
+    assert machine.peak_key("cuda", "float16", None) == "cuda/float16/default"
+
+
+def test_best_peaks_and_bounded_fractions():
+    assert machine.best_peaks({"a": 1.0, "b": 5.0}, {"a": 3.0}) == {"a": 3.0, "b": 5.0}
+    assert machine.bounded_fraction(104.0, 100.0) == (pytest.approx(1.04), False)
+    assert machine.bounded_fraction(140.0, 100.0) == (1.0, True)
+
+
+def test_a_run_calibrates_again_at_its_end_and_keeps_the_best(tmp_path, monkeypatch):
+    told = iter([1e9, 3e11])  # a calibration that read low at the start, a good one at the end
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
+        machine.peak_key("cpu", "float32", None): next(told)})
+    run = measure(tmp_path / "run", PLAN)
+    saved = records.read_json(os.path.join(run, "machine.json"))
+    key = machine.peak_key("cpu", "float32", None)
+    assert saved["gemm_peaks"] == {key: 3e11} and [c[key] for c in saved["calibrations"]] == [1e9, 3e11]
+    t = tidy.load([run])
+    fractions = t[t.metric == "fraction_of_peak"]
+    assert len(fractions) == 2 and (fractions.value <= machine.PEAK_TOLERANCE).all()
+
+
+def test_a_case_above_its_peak_raises_the_peak_and_is_flagged_everywhere(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
+        machine.peak_key("cpu", "float32", None): 1e8})  # both calibrations read 0.1 GFLOP/s
+    run = measure(tmp_path / "run", PLAN)
+    t = tidy.load([run])
+    fractions = t[t.metric == "fraction_of_peak"]
+    assert fractions.value.max() == 1.0 and (fractions.value <= 1.0).all()
+    assert fractions.reason.str.contains("the calibrated GEMM peak: the peak was raised").any()
+    peak = t[t.metric == "gemm_peak_flops_per_s"].iloc[0]
+    best = t[t.metric == "achieved_flops_per_s"].value.max()
+    assert peak.value == best and "raised to the FLOP/s" in peak.reason and "calibration read low" in peak.reason
+    assert reports_main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
+
+    csv = pd.read_csv(tmp_path / "t.csv")
+    assert csv[csv.metric == "fraction_of_peak"].value.max() == 1.0  # the CSV is the same table
+
+
+@pytest.mark.slow
+def test_a_calibration_made_under_load_publishes_no_fraction_of_peak_above_1_05(tmp_path, monkeypatch):
+    real, spinners = machine.calibrate, []
+    spin = "import time\nstop = time.time() + 30\nwhile time.time() < stop: pass"
+
+    def loaded(threads=(), fresh=False):
+        if not spinners:  # the first calibration: four processes per core spin meanwhile
+            spinners.extend(subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4 * (os.cpu_count() or 1)))
+            try:
+                return real(threads, fresh)
+            finally:
+                for s in spinners:
+                    s.kill()
+                    s.wait()
+        return real(threads, fresh)
+
+    monkeypatch.setattr(machine, "calibrate", loaded)
+    run = measure(tmp_path / "run", PLAN)
+    calibrations = records.read_json(os.path.join(run, "machine.json"))["calibrations"]
+    key = machine.peak_key("cpu", "float32", None)
+    assert calibrations[0][key] < calibrations[1][key]  # the loaded one read low
+    t = tidy.load([run])
+    assert (t[t.metric == "fraction_of_peak"].value <= machine.PEAK_TOLERANCE).all()
