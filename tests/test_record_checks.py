@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 
 import pytest
 from run_helpers import PLAN, measure
 from test_tidy import write_asv_results
 
-from benchmarks.core import records, runner
+from benchmarks.core import machine, records, runner
 from reports import tidy
 from reports.__main__ import main as reports_main
 
@@ -28,6 +29,21 @@ DAMAGE = [
     ({"tokens_per_s": 1.0}, "tokens_per_s 1 is not tokens / time_median_s"),
     ({"time_q75_s": 0.0}, "quartiles are out of order"),
 ]
+
+
+@pytest.fixture(scope="module")
+def measured_once(tmp_path_factory):
+    """One short run for the module; each test damages its own copy (``copy``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
+            machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
+        return measure(tmp_path_factory.mktemp("measured") / "run")
+
+
+@pytest.fixture
+def copy(measured_once, tmp_path):
+    shutil.copytree(measured_once, tmp_path / "run")
+    return str(tmp_path / "run")
 
 
 def damaged(run: str, change: dict) -> str:
@@ -51,8 +67,8 @@ def test_the_records_a_run_writes_pass_the_check(tmp_path, fake_peaks):
 
 @pytest.mark.parametrize("change,why", DAMAGE, ids=[w.split(" ")[0] + "-" + str(i) for i, (_, w) in enumerate(DAMAGE)])
 def test_a_record_that_cannot_be_right_is_named_not_counted_and_measured_again(tmp_path, fake_peaks, capsys,
-                                                                                change, why):
-    run = measure(tmp_path / "run")
+                                                                                change, why, copy):
+    run = copy
     path = damaged(run, change)
     assert why in records.problem(records.read_json(path))
     t = tidy.load([run])
@@ -74,8 +90,8 @@ def test_a_record_that_cannot_be_right_is_named_not_counted_and_measured_again(t
     assert why in capsys.readouterr().err and len(os.listdir(os.path.join(run, "set-aside"))) == 1
 
 
-def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run")
+def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_path, copy, capsys):
+    run = copy
     path = damaged(run, {"commit": "f" * 40})
     t = tidy.load([run])
     other = t[t.status == "other commit"]
@@ -86,8 +102,8 @@ def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_
     assert f"warning: other commit record, not counted: {path}" in capsys.readouterr().err
 
 
-def test_rates_are_derived_from_the_time_never_read_from_the_record(tmp_path, fake_peaks):
-    run = measure(tmp_path / "run")
+def test_rates_are_derived_from_the_time_never_read_from_the_record(copy):
+    run = copy
     stored = records.read_json(damaged(run, {}))["achieved_flops_per_s"]
     path = damaged(run, {"achieved_flops_per_s": stored * (1 + 1e-7)})  # within the check's tolerance
     rec = records.read_json(path)
