@@ -1,0 +1,148 @@
+"""Two versions of the models timed in the same moments: the regression gate's measurement and statistics.
+
+A shared machine's speed drifts by tens of per cent over seconds to minutes, so two separate runs of one
+commit disagree by more than the 10% slowdown a gate must see. Here each version runs in a worker process
+of its own (``paired_worker``: this checkout's case definitions, that version's ``transformer``), and one
+controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
+that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
+over A's). Each case's ratio is the trimmed mean of its rounds' log ratios, with a bootstrap interval over
+rounds; ``verdict`` turns it into slower / faster / unchanged / inconclusive against a threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: the share of rounds cut from each end of the log ratios before their mean (a spike from another process
+#: lands in one block of one round; a trimmed mean stays with the rest)
+TRIM = 0.1
+#: bootstrap resamples for a ratio's interval, and the interval's confidence
+RESAMPLES, CONFIDENCE = 4000, 0.95
+#: seconds a worker may take to answer one request (build every case, or time one block) before it counts as hung
+WORKER_TIMEOUT_S = 600.0
+VERDICTS = ("slower", "faster", "unchanged", "inconclusive")
+
+
+def round_ratio(a: list[float], b: list[float]) -> float:
+    """One round's ratio, B over A, from its mirrored blocks (A B B A: ``a`` = [A1, A2], ``b`` = [B1, B2]):
+    a drift linear in time adds the same to A1 + A2 as to B1 + B2."""
+    return sum(b) / sum(a)
+
+
+def trimmed_mean(values: np.ndarray, trim: float = TRIM) -> float:
+    values = np.sort(np.asarray(values, dtype=float))
+    cut = int(len(values) * trim)
+    return float(values[cut:len(values) - cut].mean())
+
+
+@dataclass
+class Estimate:
+    """A case's paired ratio (head time over base time) with its interval, over ``rounds`` rounds."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+
+    def verdict(self, threshold: float) -> str:
+        """``slower``: at least ``threshold`` slower (ratio >= 1 + threshold) with the whole interval above 1;
+        ``faster`` the mirror of it; ``unchanged``: the whole interval within the threshold either way;
+        otherwise ``inconclusive`` (more rounds, or a quieter machine, would tell)."""
+        top, bottom = 1 + threshold, 1 / (1 + threshold)
+        if self.ratio >= top and self.low > 1:
+            return "slower"
+        if self.ratio <= bottom and self.high < 1:
+            return "faster"
+        if bottom <= self.low and self.high <= top:
+            return "unchanged"
+        return "inconclusive"
+
+
+def estimate(ratios: list[float], seed: int = 0) -> Estimate:
+    """The paired estimate of per-round ratios: exp of the trimmed mean of their logs, and the CONFIDENCE
+    bootstrap interval of that over rounds (seeded: the same rounds give the same interval)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if len(logs) < 2:
+        r = float(np.exp(logs.mean())) if len(logs) else math.nan
+        return Estimate(r, 0.0, math.inf, len(logs))
+    rng = np.random.default_rng(seed)
+    samples = rng.choice(logs, size=(RESAMPLES, len(logs)), replace=True)
+    cut = int(len(logs) * TRIM)
+    means = np.sort(samples, axis=1)[:, cut:len(logs) - cut].mean(axis=1)
+    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return Estimate(float(np.exp(trimmed_mean(logs))), float(np.exp(low)), float(np.exp(high)), len(logs))
+
+
+class WorkerDied(RuntimeError):
+    """A worker process that ended or stopped answering; the message names it and its last words."""
+
+
+@dataclass
+class Worker:
+    """One version's worker process: ``label`` (base or head), ``models`` the folder of its ``transformer``
+    package, ``suite`` the folder whose ``benchmarks`` package defines the cases (the same for both)."""
+
+    label: str
+    models: str
+    suite: str
+    proc: subprocess.Popen | None = None
+    log: object = None
+    _root: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    def start(self, todo: list[tuple[str, dict, str]]) -> list[str | None]:
+        """Start the process and build every case; each case's error (None: built)."""
+        self._root = tempfile.TemporaryDirectory(prefix=f"gate-{self.label}-")
+        os.symlink(os.path.join(self.models, "transformer"), os.path.join(self._root.name, "transformer"))
+        os.symlink(os.path.join(self.suite, "benchmarks"), os.path.join(self._root.name, "benchmarks"))
+        self.log = tempfile.TemporaryFile(mode="w+")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired_worker.py")
+        self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name)
+        return self.ask({"cases": [[a, p, m] for a, p, m in todo]})["errors"]
+
+    def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._died("stopped reading its requests")) from None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            raise WorkerDied(self._died(f"gave no answer within {timeout:g} s" if not ready else "ended"))
+        answer = json.loads(line)
+        if "error" in answer:
+            raise WorkerDied(f"the {self.label} worker ({self.models}) failed: {answer['error']}")
+        return answer
+
+    def _died(self, how: str) -> str:
+        code = self.proc.poll()
+        self.log.seek(0)
+        last = [line for line in self.log.read().strip().splitlines() if line.strip()][-3:]
+        return (f"the {self.label} worker ({self.models}) {how}"
+                + (f" (exit code {code})" if code is not None else "")
+                + (": " + " | ".join(last) if last else ""))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        if self._root is not None:
+            self._root.cleanup()
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,66 @@
+"""A regression gate's worker (``benchmarks.core.paired``): one version of the models, timed on request.
+
+    python paired_worker.py ROOT     ROOT holds ``transformer`` (the version under test) and ``benchmarks``
+                                     (the case definitions), as links
+
+It reads one JSON request per line on stdin and answers one JSON line on stdout: ``{"cases": [[area,
+params, method], ...]}`` builds each case from seed 0 (``{"errors": [...]}``, None for a case built);
+``{"probe": i}`` times one call of case i after a warm-up one (``{"seconds": s}``); ``{"case": i, "calls":
+n}`` times n calls at the case's thread count (``{"seconds": s}``, per call); ``{"quit": true}`` ends it.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def main(root: str) -> None:
+    sys.path[0] = root  # the version's transformer and the suite's benchmarks, nothing from this file's folder
+    reply, sys.stdout = sys.stdout, sys.stderr  # anything the models print goes to the log, not the answers
+    import torch
+
+    from benchmarks import cases
+
+    built = []
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("quit"):
+            return
+        try:
+            answer = handle(request, built, cases, torch)
+        except Exception as error:  # told to the controller, which stops with it
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        reply.write(json.dumps(answer) + "\n")
+        reply.flush()
+
+
+def handle(request: dict, built: list, cases, torch) -> dict:
+    if "cases" in request:
+        errors = []
+        for area, params, method in request["cases"]:
+            try:
+                torch.manual_seed(0)
+                case = cases.build(area, params)
+                built.append((case.work(method)[0], case.threads, case.device))
+                errors.append(None)
+            except Exception as error:  # this case cannot run here: the gate leaves it out, saying why
+                built.append(None)
+                errors.append(f"{type(error).__name__}: {error}")
+        return {"errors": errors}
+    fn, threads, device = built[request["case"] if "case" in request else request["probe"]]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with cases.using_threads(threads):
+        if "probe" in request:
+            fn()
+            sync()
+        calls = request.get("calls", 1)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        return {"seconds": (time.perf_counter() - start) / calls}
+
+
+if __name__ == "__main__":
+    main(os.path.abspath(sys.argv[1]))
