@@ -71,6 +71,7 @@ def check_sides(base: str, head: str) -> None:
 
 def export(commit: str, into: str) -> str:
     """The commit's ``transformer`` package unpacked under ``into``; the folder that holds it."""
+    os.makedirs(into, exist_ok=True)
     archive = os.path.join(into, "models.tar")
     with open(archive, "wb") as f:
         subprocess.run(["git", "archive", commit, "transformer"], cwd=ROOT, stdout=f, check=True)
