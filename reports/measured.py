@@ -170,7 +170,38 @@ def speed_summary(comparisons: list[dict]) -> str:
     return ". ".join(parts) + "."
 
 
-RENDER = {"report": _report, "regression-check": _regression_check, "compare-with-torch": _compare_with_torch}
+def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
+             f"{record['generated']}; {_machine(record['machine'])}): `python -m benchmarks.gate` on equation (1)'s "
+             f"CPU forward cases, against a throw-away clone's HEAD, {record['trials']} trials, a budget of "
+             f"{record['budget_s']:g} s each (`scripts/gate_sensitivity.py`):",
+             "", "| injected | cases flagged slower, per trial | median ratio head/base | rounds | seconds |",
+             "|---|---|---|---|---|"]
+    for injected, trials in record["results"].items():
+        flagged = ", ".join(f"{t['slower']} of {t['cases']}" for t in trials)
+        ratios = [r for t in trials for r in t["ratios"]]
+        lines.append(f"| {'none (a comment)' if injected == 'control' else injected} | {flagged} | "
+                     f"{statistics.median(ratios):.3f} | {', '.join(str(t['rounds']) for t in trials)} | "
+                     + ", ".join(f"{t['seconds']:.0f}" for t in trials) + " |")
+    return lines
+
+
+def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    lines = [f"From the saved comparison [`{name}`]({link}): head {record['head'][:8]} against base "
+             f"{record['base'][:8]}, {record['rounds']} rounds of mirrored blocks, threshold "
+             f"{record['threshold']:.0%}:",
+             "", "| case | base | head | ratio | 95% interval | verdict |", "|---|---|---|---|---|---|"]
+    for c in record["cases"]:
+        if c["verdict"] == "skipped":
+            lines.append(f"| {c['case']} | | | | | skipped: {c['reason']} |")
+            continue
+        lines.append(f"| {c['case']} | {c['base_s'] * 1e3:.2f} ms | {c['head_s'] * 1e3:.2f} ms | {c['ratio']:.3f} | "
+                     f"{c['low']:.3f}-{c['high']:.3f} | {c['verdict']} |")
+    return lines
+
+
+RENDER = {"report": _report, "regression-check": _regression_check, "compare-with-torch": _compare_with_torch,
+          "gate": _gate, "gate-sensitivity": _gate_sensitivity}
 
 
 def readme_blocks(readme: str) -> list[tuple[str, list[str] | None, str]]:
