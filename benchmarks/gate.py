@@ -27,7 +27,7 @@ import time
 
 from . import cases
 from .core import guards
-from .core.paired import VERDICTS, Estimate, Worker, WorkerDied, estimate, round_ratio
+from .core.paired import SESSION_ROUNDS, VERDICTS, Estimate, Worker, WorkerDied, estimate, round_ratio
 from .core.records import case_key, write_json_atomic
 from .core.runner import plan
 
@@ -35,7 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the working tree, as HEAD
 TREE = "tree"
 #: seconds each block of calls lasts (at least one call), rounds at least and at most per comparison
-BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.03, 8, 200
+BLOCK_S, MAX_ROUNDS = 0.03, 300
+#: rounds before a verdict: three sessions (pairs of worker processes)
+MIN_ROUNDS = 3 * SESSION_ROUNDS
 
 
 def git(*args: str) -> str:
@@ -86,22 +88,34 @@ class Gate:
     def __init__(self, todo: list[tuple[str, dict, str]], base: Worker, head: Worker):
         self.todo, self.base, self.head = todo, base, head
         self.ratios: list[list[float]] = [[] for _ in todo]
+        self.sessions: list[list[int]] = [[] for _ in todo]  # each round's pair of worker processes
         self.times: list[dict[str, list[float]]] = [{"base": [], "head": []} for _ in todo]
         self.calls: list[int] = []
         self.skipped: dict[int, str] = {}
 
     def start(self) -> None:
-        for side in (self.base, self.head):
+        """Start both workers (again, for a new session) and build every case; the first time, also size
+        each case's blocks."""
+        self.session = getattr(self, "session", -1) + 1
+        sides = (self.base, self.head) if self.session % 2 == 0 else (self.head, self.base)
+        for side in sides:  # the side started first alternates from session to session
+            side.stop()
+        for side in sides:
             for i, error in enumerate(side.start(self.todo)):
                 if error:
                     self.skipped.setdefault(i, f"{side.label}: {error}")
+        if self.calls:
+            return
         for i in range(len(self.todo)):
             probe = max(side.ask({"probe": i})["seconds"] for side in (self.base, self.head)) if i not in self.skipped \
                 else 0.0
             self.calls.append(max(1, round(BLOCK_S / probe)) if probe else 0)
 
     def round(self, r: int) -> None:
-        """One round over every case: A B B A on even rounds, B A A B on odd ones."""
+        """One round over every case: A B B A on even rounds, B A A B on odd ones; every SESSION_ROUNDS rounds
+        both workers start afresh."""
+        if r and r % SESSION_ROUNDS == 0:
+            self.start()
         for i, calls in enumerate(self.calls):
             if i in self.skipped:
                 continue
@@ -110,11 +124,13 @@ class Gate:
             for side in (order if r % 2 == 0 else order[::-1]):
                 got[side.label].append(side.ask({"case": i, "calls": calls})["seconds"])
             self.ratios[i].append(round_ratio(got["base"], got["head"]))
+            self.sessions[i].append(r // SESSION_ROUNDS)
             for label in got:
                 self.times[i][label].extend(got[label])
 
     def estimates(self) -> list[Estimate | None]:
-        return [None if i in self.skipped else estimate(r) for i, r in enumerate(self.ratios)]
+        return [None if i in self.skipped else estimate(r, s) for i, (r, s) in enumerate(zip(self.ratios,
+                                                                                               self.sessions))]
 
 
 def run(gate: Gate, threshold: float, budget: float, progress: bool) -> tuple[int, bool]:
@@ -170,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--area", action="append", help="restrict to an area (repeatable)")
     parser.add_argument("--method", action="append", help="restrict to a method, e.g. forward (repeatable)")
     parser.add_argument("--device", action="append", choices=["cpu", "cuda"], help="restrict to a device")
+    parser.add_argument("--param", action="append", default=[], metavar="AXIS=VALUE",
+                        help="restrict to cases with this axis value, e.g. backend=sdpa (repeatable)")
     parser.add_argument("--threshold", type=float, default=0.05, help="the slowdown that fails the gate (default 0.05)")
     parser.add_argument("--budget", type=guards.seconds, default=180.0, help="seconds of rounds at most (default 180)")
     parser.add_argument("--record", help="where to save the comparison (default results/gate/<base>-<head>.json)")
@@ -181,10 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         base = resolve(args.base)
         head = TREE if args.head == TREE else resolve(args.head)
         check_sides(base, head)
+        wanted = dict(pair.partition("=")[::2] for pair in args.param)
         todo = [(area, params, method) for area, params in plan(args.grid, args.area, args.device)
-                for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)]
+                for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)
+                and all(str(params.get(axis)) == value for axis, value in wanted.items())]
         if not todo:
-            raise ValueError(f"no case to compare: --method {args.method} is none of the chosen areas' methods")
+            raise ValueError(f"no case to compare: no case of the chosen areas has --method {args.method} and "
+                             f"--param {args.param}")
         record = args.record or os.path.join("results", "gate", f"{base[:8]}-{head[:8]}.json")
         guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
         guards.writable_file(record, "--record")

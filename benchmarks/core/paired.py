@@ -5,8 +5,14 @@ commit disagree by more than the 10% slowdown a gate must see. Here each version
 of its own (``paired_worker``: this checkout's case definitions, that version's ``transformer``), and one
 controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
 that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
-over A's). Each case's ratio is the trimmed mean of its rounds' log ratios, with a bootstrap interval over
-rounds; ``verdict`` turns it into slower / faster / unchanged / inconclusive against a threshold.
+over A's). Two things would still set one side apart: the idle side's OpenMP threads spinning while the
+other side runs (workers wait passively: ``OMP_WAIT_POLICY=PASSIVE``; on a 2-core VM spinning made an
+unchanged case read 1.3-1.6x slower), and what one process happens to get (its memory, its place on the
+cores: a few per cent, persistent for the process). So the workers are started afresh every
+SESSION_ROUNDS rounds, and a case's interval is bootstrapped over sessions, then rounds within them: a
+process pair's own offset widens the interval instead of passing for a change. Each case's ratio is the
+trimmed mean of its rounds' log ratios; ``verdict`` turns it into slower / faster / unchanged /
+inconclusive against a threshold.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ TRIM = 0.1
 RESAMPLES, CONFIDENCE = 4000, 0.95
 #: seconds a worker may take to answer one request (build every case, or time one block) before it counts as hung
 WORKER_TIMEOUT_S = 600.0
+#: rounds per pair of worker processes, and the environment the workers run in
+SESSION_ROUNDS = 6
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 VERDICTS = ("slower", "faster", "unchanged", "inconclusive")
 
 
@@ -42,6 +51,12 @@ def trimmed_mean(values: np.ndarray, trim: float = TRIM) -> float:
     values = np.sort(np.asarray(values, dtype=float))
     cut = int(len(values) * trim)
     return float(values[cut:len(values) - cut].mean())
+
+
+def _trimmed_rows(rows: np.ndarray, trim: float = TRIM) -> np.ndarray:
+    """Each row's trimmed mean."""
+    cut = int(rows.shape[1] * trim)
+    return np.sort(rows, axis=1)[:, cut:rows.shape[1] - cut].mean(axis=1)
 
 
 @dataclass
@@ -67,17 +82,23 @@ class Estimate:
         return "inconclusive"
 
 
-def estimate(ratios: list[float], seed: int = 0) -> Estimate:
+def estimate(ratios: list[float], sessions: list[int] | None = None, seed: int = 0) -> Estimate:
     """The paired estimate of per-round ratios: exp of the trimmed mean of their logs, and the CONFIDENCE
-    bootstrap interval of that over rounds (seeded: the same rounds give the same interval)."""
+    bootstrap interval of that, resampling the sessions (``sessions``: each round's pair of worker processes;
+    default one), then the rounds within each (seeded: the same rounds give the same interval)."""
     logs = np.log(np.asarray(ratios, dtype=float))
     if len(logs) < 2:
         r = float(np.exp(logs.mean())) if len(logs) else math.nan
         return Estimate(r, 0.0, math.inf, len(logs))
+    sessions = np.zeros(len(logs), dtype=int) if sessions is None else np.asarray(sessions)
+    groups = [logs[sessions == s] for s in np.unique(sessions)]
     rng = np.random.default_rng(seed)
-    samples = rng.choice(logs, size=(RESAMPLES, len(logs)), replace=True)
-    cut = int(len(logs) * TRIM)
-    means = np.sort(samples, axis=1)[:, cut:len(logs) - cut].mean(axis=1)
+    # each session's rounds resampled (trimmed means), then the sessions resampled, weighted by their rounds
+    within = np.stack([_trimmed_rows(rng.choice(g, size=(RESAMPLES, len(g)))) for g in groups])
+    sizes = np.array([len(g) for g in groups], dtype=float)
+    picked = rng.integers(len(groups), size=(RESAMPLES, len(groups))) if len(groups) > 1 else \
+        np.zeros((RESAMPLES, 1), dtype=int)
+    means = (within[picked, np.arange(RESAMPLES)[:, None]] * sizes[picked]).sum(axis=1) / sizes[picked].sum(axis=1)
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(means, [tail, 1 - tail])
     return Estimate(float(np.exp(trimmed_mean(logs))), float(np.exp(low)), float(np.exp(high)), len(logs))
@@ -107,7 +128,8 @@ class Worker:
         self.log = tempfile.TemporaryFile(mode="w+")
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired_worker.py")
         self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name)
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
+                                     env={**os.environ, **WORKER_ENV})
         return self.ask({"cases": [[a, p, m] for a, p, m in todo]})["errors"]
 
     def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
@@ -146,3 +168,4 @@ class Worker:
             self._root.cleanup()
         if self.log is not None:
             self.log.close()
+        self.proc = self.log = self._root = None
