@@ -92,14 +92,17 @@ def test_bad_input_is_a_clear_error_exit_2(tmp_path):
     for args, says in ((["nosuchcommit"], "unknown commit 'nosuchcommit'"),
                        ([base, base], "have the same models (transformer/): nothing to compare"),
                        ([base], "have the same models"),
-                       ([base, "HEAD", "--threshold", "5"], "--threshold 5.0: give a fraction between 0 and 1"),
-                       ([base, "HEAD", "--param", "backend=fast"], "no case to compare")):
+                       ([base, "HEAD", "--threshold", "5"], "--threshold 5.0: give a fraction between 0 and 1")):
         done = gate(repo, *args)
         assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
-    with open(os.path.join(repo, "benchmarks", "cases.py"), "a") as f:
-        f.write("\n# an uncommitted change\n")
     with open(os.path.join(repo, "transformer", "attention.py"), "a") as f:
         f.write("\n# head differs\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "head"], cwd=repo,
+                   check=True)
+    done = gate(repo, base, "HEAD", "--param", "backend=fast")
+    assert done.returncode == 2 and "no case to compare" in done.stderr
+    with open(os.path.join(repo, "benchmarks", "cases.py"), "a") as f:
+        f.write("\n# an uncommitted change\n")
     done = gate(repo, base)
     assert done.returncode == 2 and "case definitions (benchmarks/), which have uncommitted changes" in done.stderr
 
