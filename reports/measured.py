@@ -187,7 +187,8 @@ def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str
 
 
 def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved comparison [`{name}`]({link}): head {record['head'][:8]} against base "
+    lines = [f"From the saved comparison [`{name}`]({link}) ({record['date'][:16]}): head {record['head'][:8]} "
+             f"against base "
              f"{record['base'][:8]}, {record['rounds']} rounds of mirrored blocks, threshold "
              f"{record['threshold']:.0%}:",
              "", "| case | base | head | ratio | 95% interval | verdict |", "|---|---|---|---|---|---|"]
