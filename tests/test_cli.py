@@ -90,7 +90,7 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
             assert all(a["answer"] for a in record["analyses"] if a.get("has_data", True))
         elif "analyses" in record:
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
-    expected = {"report"} if page == measured.README else {"report", "regression-check", "compare-with-torch"}
+    expected = {"report"} if page == measured.README else {"report", "regression-check", "compare-with-torch", "gate"}
     assert kinds == expected, kinds
 
 
