@@ -257,8 +257,8 @@ class Runner:
                 counts[record["status"]] += 1
             self.records.extend(final.values())
         self.current = None
-        if final:  # calibrated again, now that the run is over: the best of the two stands
-            self.calibrate(threads, again=True)
+        if final and int(os.environ.get("RANK", 0)) == 0:  # calibrated again now that the run is over (rank 0
+            self.calibrate(threads, again=True)           # writes machine.json): the best of the two stands
         return counts
 
     def summary(self, counts: dict[str, int]) -> str:
