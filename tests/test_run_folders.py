@@ -373,3 +373,15 @@ def test_a_disk_that_fills_mid_run_ends_in_one_line_and_the_summary(tmp_path, fa
     assert f"error: could not write in {out} (No space left on device): every record written before is whole" in err
     assert "Run summary" in err and "measured       2" in err
     assert all(records.problem(records.read_json(p)) is None for p in written[1:])
+
+
+def test_an_earlier_run_moved_aside_never_overwrites_one_moved_before(tmp_path, fake_peaks):
+    from benchmarks.core import pipeline
+
+    run, sha = str(tmp_path / "run"), records.commit()
+    for _ in range(2):  # a 1-round run, then a 2-round run into the folder; twice
+        measure(run, PLAN[:1])
+        assert "moved 3 records" in pipeline.one_run(run, sha, 2)
+    first, second = (os.path.join(run, "earlier", f"{sha[:8]}-1r{suffix}") for suffix in ("", "-2"))
+    assert len(os.listdir(os.path.join(first, "cases"))) == len(os.listdir(os.path.join(second, "cases"))) == 3
+    assert pipeline.one_run(run, sha, 2) is None and not os.listdir(os.path.join(run, "cases"))

@@ -138,8 +138,17 @@ def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
     other commit's machine.json and profiles) move to ``<out>/earlier/<commit>-<R>r/``, itself a run folder
     that ``reports build`` reads, never overwritten and never counted as this run's. Returns the one line
     that says so (printed on stderr), or None when nothing moved. Call it holding the folder's lock."""
-    def dest(c, r):
-        return os.path.join(out, "earlier", f"{(c or 'no-commit')[:8]}-{r}r")
+    named: dict[tuple, str] = {}
+
+    def dest(c, r):  # a folder of its own for each (commit, rounds), -2, -3, ... beside an earlier one
+        if (c, r) not in named:
+            stem = os.path.join(out, "earlier", f"{(c or 'no-commit')[:8]}-{r}r")
+            folder, n = stem, 1
+            while os.path.exists(folder):
+                n += 1
+                folder = f"{stem}-{n}"
+            named[(c, r)] = folder
+        return named[(c, r)]
 
     groups: Counter = Counter()
     for path in sorted(glob.glob(os.path.join(glob.escape(out), "cases", "*.json"))):
@@ -167,10 +176,11 @@ def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
         os.makedirs(os.path.join(home, "profiles"), exist_ok=True)
         for profile in glob.glob(os.path.join(glob.escape(out), "profiles", "*")):
             shutil.move(profile, os.path.join(home, "profiles", os.path.basename(profile)))
-    if not groups:
+    if not groups and saved == commit:
         return None
-    told = "; ".join(f"{n} record{'s' * (n != 1)} of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
-                     for (c, r), n in groups.items())
+    told = "; ".join([f"{n} record{'s' * (n != 1)} of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
+                      for (c, r), n in groups.items()] + ([] if saved == commit else
+                                                          [f"machine.json of commit {str(saved)[:8]} to {home}"]))
     line = (f"note: {out} holds one run (commit {str(commit)[:8]}, {rounds} round{'s' * (rounds != 1)}); moved "
             f"{told}")
     print(line, file=sys.stderr)
