@@ -3,12 +3,15 @@
 Columns: where it came from (``source``; ``run``, one runner folder or one asv (commit, environment);
 ``machine``, ``commit``, ``commit_error`` when the runner could not learn the commit, ``env``; ``date`` when
 the case's measurement started, ``finished`` when its last round did, the same for one round; ``rounds``, how
-many rounds a time was measured in, runner records only), what was measured
+many rounds a time was measured in, of ``rounds_planned``, runner records only), what was measured
 (``area``, ``method``, ``metric``, ``unit``, ``value``; ``q25``/``q75``/``iqr`` for times and ``samples``,
 how many values they are over), how it went (``status``, ``reason``), every parameter axis of every area
-(empty where an area has no such axis) and the machine's facts (CPU model, cores, GPU, torch). ``load()``
-takes any mix of runner folders and asv results folders; several machines' results concatenate into one
-table.
+(empty where an area has no such axis) and the machine's facts (CPU model, cores, GPU, torch); the columns
+are defined in ``reports.columns``, asv's rows made in ``reports.asv_table``. ``load()`` takes any mix of
+runner folders and asv results folders; several machines' results concatenate into one table. A runner
+record is counted only if it passes ``records.problem`` and is of its folder's commit (else a row that
+names it: ``NOT_COUNTED``); rates come from counts over the median time, fractions of peak from the run's
+best GEMM peak, raised where a case passed it (``_too_low``).
 """
 
 from __future__ import annotations
