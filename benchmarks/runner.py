@@ -29,14 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     try:
         _, total = pipeline.measure_grid(run, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        print(run.interrupted(), file=sys.stderr)
-        return 130
-    except OSError as error:
-        if error.errno not in pipeline.DISK_FULL:
-            raise
-        print(run.disk_full(error), file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, OSError) as error:
+        return run.stopped(error)
     finally:
         run.release()
     if run.ranks.world > 1 and run.ranks.rank == 0:

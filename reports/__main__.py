@@ -98,14 +98,8 @@ def measure(args) -> int:
         if not args.no_profile:
             profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
-    except KeyboardInterrupt:
-        print(run.interrupted(), file=sys.stderr)
-        return 130
-    except OSError as error:
-        if error.errno not in pipeline.DISK_FULL:
-            raise
-        print(run.disk_full(error), file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, OSError) as error:
+        return run.stopped(error)
     finally:
         run.release()
     index = _report([out], args.report)

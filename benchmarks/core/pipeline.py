@@ -73,15 +73,19 @@ class GridRun:
         if self.lock is not None:
             self.lock.release()
 
-    def disk_full(self, error: OSError) -> str:
-        """What a run stopped by a full disk says: where, what was kept, and how to go on."""
-        return (f"error: could not write in {self.out} ({error.strerror}): every record written before is whole; "
-                "free some space and run the same command again to resume.\n" + self.runner.summary(self.runner.counts))
-
-    def interrupted(self) -> str:
-        """What an interrupted run (Ctrl-C) says: what it measured so far, and how to go on."""
-        return ("interrupted: every record written so far is whole (each is written as soon as its case ends); "
-                "run the same command again to resume.\n" + self.runner.summary(self.runner.counts))
+    def stopped(self, error: BaseException) -> int:
+        """A run stopped by Ctrl-C (exit code 130) or a full disk (1): say so in one line, with the summary
+        so far and how to go on; any other error is raised again."""
+        if isinstance(error, KeyboardInterrupt):
+            said, code = "interrupted: every record written so far is whole (each is written as soon as its case " \
+                         "ends); run the same command again to resume.", 130
+        elif isinstance(error, OSError) and error.errno in DISK_FULL:
+            said, code = f"error: could not write in {self.out} ({error.strerror}): every record written before " \
+                         "is whole; free some space and run the same command again to resume.", 1
+        else:
+            raise error
+        print(said + "\n" + self.runner.summary(self.runner.counts), file=sys.stderr)
+        return code
 
 
 #: the errors of a full disk (no space; quota exceeded)
