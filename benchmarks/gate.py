@@ -25,8 +25,10 @@ import tarfile
 import tempfile
 import time
 
+import torch
+
 from . import cases
-from .core import guards
+from .core import guards, machine
 from .core.paired import SESSION_ROUNDS, VERDICTS, Estimate, Worker, WorkerDied, estimate, round_ratio
 from .core.records import case_key, write_json_atomic
 from .core.runner import plan
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             gate.base.stop()
             gate.head.stop()
     rows = table(gate, args.threshold)
+    facts = machine.metadata()
     print(show(rows))
     slower = [r for r in rows if r["verdict"] == "slower"]
     elapsed = time.monotonic() - started
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": args.threshold,
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+                               "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
+                               "threads": torch.get_num_threads(),
                                "cases": rows})
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)
     return 1 if slower else 0

@@ -190,7 +190,9 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
     lines = [f"From the saved comparison [`{name}`]({link}) ({record['date'][:16]}): head {record['head'][:8]} "
              f"against base "
              f"{record['base'][:8]}, {record['rounds']} rounds of mirrored blocks, threshold "
-             f"{record['threshold']:.0%}:",
+             f"{record['threshold']:.0%}" + (f"; {_machine(record['machine'])}, {record['threads']} threads, "
+                                             "each case's parameters in its name"
+                                             if record.get("machine") else "") + ":",
              "", "| case | base | head | ratio | 95% interval | verdict |", "|---|---|---|---|---|---|"]
     for c in record["cases"]:
         if c["verdict"] == "skipped":

@@ -83,6 +83,7 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     saved = json.load(open(record))
     assert saved["kind"] == "gate" and len(saved["cases"]) == 4
+    assert saved["machine"]["cpu_count"] == os.cpu_count() and saved["threads"] >= 1  # the conditions it ran under
     # at least the injected 2x (less the noise); more where the real call was preempted, since the spin lasts
     # as long as the call's elapsed time
     assert all(c["verdict"] == "slower" and c["ratio"] > 1.5 for c in saved["cases"]), [
