@@ -8,6 +8,7 @@
     python -m reports csv PATH... --out F  export the tidy table as CSV
     python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
     python -m reports measured F.json      a README block generated from a saved record (report.json, ...)
+    python -m reports history              asv publish, with the site's libraries served locally (offline)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pandas as pd
 from benchmarks import cases
 from benchmarks.core import guards, pipeline, profiler
 
-from . import claims, html, measured, tidy
+from . import claims, history, html, measured, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
@@ -166,6 +167,17 @@ def csv(args) -> int:
     return 0
 
 
+def publish_history(args) -> int:
+    try:
+        site = history.publish(args.config)
+    except history.PublishFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(os.path.abspath(site))
+    print("open it with `asv preview` (a web server on localhost); it needs no internet")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
@@ -195,10 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("csv", help="export the tidy table")
     e.add_argument("paths", nargs="+")
     e.add_argument("--out", required=True)
+    h = sub.add_parser("history", help="asv publish, with the JavaScript its site loads served from the site")
+    h.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
     args = parser.parse_args(argv)
     try:
         return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,
-                "claims": print_claims, "measured": print_measured}[args.command](args)
+                "claims": print_claims, "measured": print_measured, "history": publish_history}[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

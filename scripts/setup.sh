@@ -2,14 +2,20 @@
 # Creates .venv in the repository root and installs the project with its test extra.
 # torch==2.13.0 comes first: it is the tested CPU build, and a bare "torch" requirement could pull a
 # multi-GB CUDA build. A GPU machine that already has a CUDA torch can skip this and `pip install -e .`.
-#   --browser   also install Debian's chromium (for the report's browser test) if it is not on PATH
+#   --history   also fetch the JavaScript asv's history site loads (npm ci in reports/history_js), so that
+#               `python -m reports history` publishes a site that opens offline
+#   --browser   --history, and Debian's chromium (for the browser tests) if it is not on PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+if [ "${1:-}" = "--history" ] || [ "${1:-}" = "--browser" ]; then
+    command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq npm >/dev/null; }
+    (cd reports/history_js && npm ci --no-audit --no-fund --omit-lockfile-registry-resolved --loglevel=error)
+fi
 if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi

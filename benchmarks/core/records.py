@@ -10,6 +10,7 @@ turns a case's exception into the status and reason it is recorded with.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import numbers
@@ -50,17 +51,31 @@ def commit() -> str | None:
     return git_head()[0]
 
 
-def write_json_atomic(path: str, data) -> None:
-    """Write JSON so that a reader sees either the old file or the whole new one, never half."""
+@contextlib.contextmanager
+def _atomic(path: str):
+    """A file open for writing that replaces ``path`` only once it is whole (a reader sees the old file or
+    the whole new one, never half); on an error the old file stays and the temporary one goes."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True, default=str)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, data) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one, never half."""
+    with _atomic(path) as f:
+        json.dump(data, f, indent=1, sort_keys=True, default=str)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write text so that a reader sees either the old file or the whole new one, never half."""
+    with _atomic(path) as f:
+        f.write(text)
 
 
 class UnreadableRecord(ValueError):
