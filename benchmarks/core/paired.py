@@ -5,14 +5,18 @@ commit disagree by more than the 10% slowdown a gate must see. Here each version
 of its own (``paired_worker``: this checkout's case definitions, that version's ``transformer``), and one
 controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
 that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
-over A's). Two things would still set one side apart: the idle side's OpenMP threads spinning while the
+over A's). Three things would still set one side apart: the idle side's OpenMP threads spinning while the
 other side runs (workers wait passively: ``OMP_WAIT_POLICY=PASSIVE``; on a 2-core VM spinning made an
 unchanged case read 1.3-1.6x slower), and what one process happens to get (its memory, its place on the
-cores: a few per cent, persistent for the process). So the workers are started afresh every
-SESSION_ROUNDS rounds, and a case's interval is bootstrapped over sessions, then rounds within them: a
-process pair's own offset widens the interval instead of passing for a change. Each case's ratio is the
-trimmed mean of its rounds' log ratios; ``verdict`` turns it into slower / faster / unchanged /
-inconclusive against a threshold.
+cores: a few per cent, persistent for the process) and glibc's allocator: a case whose intermediates are
+megabytes (the math backend's n x n scores) gets them from fresh pages or from memory already mapped
+depending on where its tensors happen to lie, so one process timed the same case at 14 ms and another at
+28 ms (2x, per instance, page faults); the workers fix that policy (every allocation from the heap, none
+given back: ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), which made both modes one. So the
+workers are started afresh every SESSION_ROUNDS rounds, and a case's interval is bootstrapped over
+sessions, then rounds within them: a process pair's own offset widens the interval instead of passing for
+a change. Each case's ratio is the trimmed mean of its rounds' log ratios; ``verdict`` turns it into
+slower / faster / unchanged / inconclusive against a threshold.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ RESAMPLES, CONFIDENCE = 4000, 0.95
 WORKER_TIMEOUT_S = 600.0
 #: rounds per pair of worker processes, and the environment the workers run in
 SESSION_ROUNDS = 6
-WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
 VERDICTS = ("slower", "faster", "unchanged", "inconclusive")
 
 
