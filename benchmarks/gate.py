@@ -163,7 +163,8 @@ def table(gate: Gate, threshold: float) -> list[dict]:
         if est is None:
             row.update(verdict="skipped", reason=gate.skipped[i])
         else:
-            row.update(ratio=est.ratio, low=est.low, high=est.high, rounds=est.rounds, verdict=est.verdict(threshold))
+            row.update(ratio=est.ratio, low=est.low, high=est.high, rounds=est.rounds, verdict=est.verdict(threshold),
+                       round_ratios=gate.ratios[i], sessions=gate.sessions[i])
         rows.append(row)
     return rows
 
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", default="quick", choices=list(cases.GRIDS), help="grid whose cases are compared")
     parser.add_argument("--area", action="append", help="restrict to an area (repeatable)")
     parser.add_argument("--method", action="append", help="restrict to a method, e.g. forward (repeatable)")
-    parser.add_argument("--device", action="append", choices=["cpu", "cuda"], help="restrict to a device")
+    parser.add_argument("--device", action="append", choices=["cpu", "cuda"],
+                        help="restrict to a device (default: every device this machine has)")
     parser.add_argument("--param", action="append", default=[], metavar="AXIS=VALUE",
                         help="restrict to cases with this axis value, e.g. backend=sdpa (repeatable)")
     parser.add_argument("--threshold", type=float, default=0.05, help="the slowdown that fails the gate (default 0.05)")
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         head = TREE if args.head == TREE else resolve(args.head)
         check_sides(base, head)
         wanted = dict(pair.partition("=")[::2] for pair in args.param)
-        todo = [(area, params, method) for area, params in plan(args.grid, args.area, args.device)
+        devices = args.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        todo = [(area, params, method) for area, params in plan(args.grid, args.area, devices)
                 for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)
                 and all(str(params.get(axis)) == value for axis, value in wanted.items())]
         if not todo:
