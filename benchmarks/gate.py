@@ -106,12 +106,12 @@ class Gate:
             for i, error in enumerate(side.start(self.todo)):
                 if error:
                     self.skipped.setdefault(i, f"{side.label}: {error}")
-        if self.calls:
-            return
-        for i in range(len(self.todo)):
-            probe = max(side.ask({"probe": i})["seconds"] for side in (self.base, self.head)) if i not in self.skipped \
-                else 0.0
-            self.calls.append(max(1, round(BLOCK_S / probe)) if probe else 0)
+        # every case warmed on both sides (a new process's first calls grow its heap: up to 2x slower), and
+        # the first time, each case's block sized from the slower side's call
+        probes = [0.0 if i in self.skipped else max(side.ask({"probe": i})["seconds"] for side in sides)
+                  for i in range(len(self.todo))]
+        if not self.calls:
+            self.calls = [max(1, round(BLOCK_S / probe)) if probe else 0 for probe in probes]
 
     def round(self, r: int) -> None:
         """One round over every case: A B B A on even rounds, B A A B on odd ones; every SESSION_ROUNDS rounds
@@ -121,9 +121,9 @@ class Gate:
         for i, calls in enumerate(self.calls):
             if i in self.skipped:
                 continue
-            order = [self.base, self.head, self.head, self.base]
+            first, second = (self.base, self.head) if r % 2 == 0 else (self.head, self.base)
             got = {"base": [], "head": []}
-            for side in (order if r % 2 == 0 else order[::-1]):
+            for side in (first, second, second, first):
                 got[side.label].append(side.ask({"case": i, "calls": calls})["seconds"])
             self.ratios[i].append(round_ratio(got["base"], got["head"]))
             self.sessions[i].append(r // SESSION_ROUNDS)

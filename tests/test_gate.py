@@ -50,6 +50,41 @@ def test_too_few_rounds_are_inconclusive_never_a_verdict():
     assert wide.verdict(0.05) == "inconclusive"
 
 
+class FakeWorker:
+    """Stands in for a worker process: logs what it is asked, answers 10 ms a call."""
+
+    def __init__(self, label: str, log: list):
+        self.label, self.log = label, log
+
+    def start(self, todo):
+        self.log.append((self.label, "start"))
+        return [None] * len(todo)
+
+    def ask(self, request):
+        self.log.append((self.label, "probe" if "probe" in request else "block"))
+        return {"seconds": 0.01}
+
+    def stop(self):
+        pass
+
+
+def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_first():
+    from benchmarks import gate
+
+    log = []
+    g = gate.Gate([("attention", {}, "forward")], FakeWorker("base", log), FakeWorker("head", log))
+    g.start()
+    for r in range(paired.SESSION_ROUNDS + 2):
+        g.round(r)
+    blocks = [label[0] for label, what in log if what == "block"]
+    assert blocks[:8] == list("bhhbhbbh")  # A B B A, then B A A B
+    sessions = [i for i, entry in enumerate(log) if entry[1] == "start"]
+    assert len(sessions) == 4  # two workers, started twice
+    for started in (sessions[1], sessions[3]):  # once both workers of a session have started, both warm the case
+        assert sorted(log[started + 1:started + 3]) == [("base", "probe"), ("head", "probe")], log
+    assert g.calls == [round(gate.BLOCK_S / 0.01)] and len(g.ratios[0]) == paired.SESSION_ROUNDS + 2
+
+
 # -- the command, on a throw-away clone -----------------------------------------------------------
 
 def clone(tmp_path, change: str | None = None) -> tuple[str, str]:
