@@ -141,17 +141,18 @@ def run(gate: Gate, threshold: float, budget: float, progress: bool) -> tuple[in
     while r < MAX_ROUNDS:
         gate.round(r)
         r += 1
+        out_of_time = time.monotonic() - started > budget
+        if not out_of_time and (r < MIN_ROUNDS or r % 2):
+            continue  # the bootstrap costs a little: every other round is soon enough
         verdicts = [e.verdict(threshold) for e in gate.estimates() if e is not None]
         if progress:
             print(f"\rround {r}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v))
                   + f" ({time.monotonic() - started:.0f} s of {budget:g})", end="", file=sys.stderr, flush=True)
-        if r >= MIN_ROUNDS and "inconclusive" not in verdicts:
-            break
-        if time.monotonic() - started > budget:
+        if out_of_time or r >= MIN_ROUNDS and "inconclusive" not in verdicts:
             break
     if progress:
         print(file=sys.stderr)
-    return r, "inconclusive" not in verdicts
+    return r, "inconclusive" not in [e.verdict(threshold) for e in gate.estimates() if e is not None]
 
 
 def table(gate: Gate, threshold: float) -> list[dict]:
