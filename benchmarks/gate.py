@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--param", action="append", default=[], metavar="AXIS=VALUE",
                         help="restrict to cases with this axis value, e.g. backend=sdpa (repeatable)")
     parser.add_argument("--threshold", type=float, default=0.05, help="the slowdown that fails the gate (default 0.05)")
-    parser.add_argument("--budget", type=guards.seconds, default=180.0, help="seconds of rounds at most (default 180)")
+    parser.add_argument("--budget", type=guards.seconds, default=165.0,
+                        help="seconds of rounds at most (default 165: with its start, the gate ends within 3 minutes)")
     parser.add_argument("--record", help="where to save the comparison (default results/gate/<base>-<head>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)

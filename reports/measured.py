@@ -172,17 +172,20 @@ def speed_summary(comparisons: list[dict]) -> str:
 
 def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
-             f"{record['generated']}; {_machine(record['machine'])}): `python -m benchmarks.gate` on equation (1)'s "
-             f"CPU forward cases, against a throw-away clone's HEAD, {record['trials']} trials, a budget of "
-             f"{record['budget_s']:g} s each (`scripts/gate_sensitivity.py`):",
-             "", "| injected | cases flagged slower, per trial | median ratio head/base | rounds | seconds |",
+             f"{record['generated']}; {_machine(record['machine'])}; `scripts/gate_sensitivity.py`"
+             + ("" if record.get("done", True) else ", stopped before its last trial") + "): equation (1)'s CPU "
+             f"forward cases against a throw-away clone's HEAD, {record['trials']} trials, each slowdown injected "
+             f"by spinning for that share of each call's own time; the gate's budget {record['budget_s']:g} s:",
+             "", "| method | injected | cases flagged slower, per trial | median ratio head/base | seconds, per trial"
+             " |",
              "|---|---|---|---|---|"]
-    for injected, trials in record["results"].items():
-        flagged = ", ".join(f"{t['slower']} of {t['cases']}" for t in trials)
-        ratios = [r for t in trials for r in t["ratios"]]
-        lines.append(f"| {'none (a comment)' if injected == 'control' else injected} | {flagged} | "
-                     f"{statistics.median(ratios):.3f} | {', '.join(str(t['rounds']) for t in trials)} | "
-                     + ", ".join(f"{t['seconds']:.0f}" for t in trials) + " |")
+    for method, by_head in record["results"].items():
+        for injected, trials in by_head.items():
+            flagged = ", ".join(f"{t['slower']} of {t['cases']}" for t in trials)
+            ratios = [r for t in trials for r in t["ratios"]]
+            lines.append(f"| `{method}` | {'none (a comment)' if injected == 'control' else injected} | {flagged} | "
+                         + (f"{statistics.median(ratios):.3f}" if ratios else "-") + " | "
+                         + ", ".join(f"{t['seconds']:.0f}" for t in trials) + " |")
     return lines
 
 

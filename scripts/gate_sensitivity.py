@@ -1,14 +1,16 @@
-"""How small a slowdown the regression gate sees on this machine, and how often it cries wolf.
+"""How small a slowdown the regression gate, and asv, see on this machine, and how often they cry wolf.
 
 In a throw-away clone of this repository it commits, on top of HEAD, a no-change control (a comment in
 equation (1)'s module) and one commit per slowdown fraction x that makes equation (1) spin for x times
 each real call's elapsed time after it (so the injected work scales with the machine's speed). Then, for
-each trial and each commit, it runs the gate (``python -m benchmarks.gate``) on equation (1)'s forward
-cases against the clone's HEAD and counts the CPU cases flagged slower: the detection rate (flagged /
-cases) for each slowdown, the false-alarm rate for the control.
+each trial and each commit, back to back: the gate (``python -m benchmarks.gate``) on equation (1)'s
+forward cases, and ``asv continuous`` with each ``--asv`` setting on the same cases
+(``ScaledDotProductAttention.time_forward``, in asv's own virtualenvs), both against the clone's HEAD.
+Each counts the CPU cases flagged slower: the detection rate (flagged / cases) for each slowdown, the
+false-alarm rate for the control.
 
-    .venv/bin/python scripts/gate_sensitivity.py [--slowdowns 0.05,0.1,0.2,0.5] [--trials 3] \
-        [--record docs/measured/<date>-vm-gate-sensitivity.json]
+    .venv/bin/python scripts/gate_sensitivity.py [--slowdowns 0.05,0.1,0.2] [--trials 3] \
+        [--asv "--factor 1.05 --interleave-rounds -a rounds=4"] [--record docs/measured/<name>.json]
 
 Needs a clean commit to clone: run it after committing. ``python -m reports measured <record>`` renders it.
 """
@@ -27,7 +29,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import cases  # noqa: E402
 from reports import measured  # noqa: E402
+from scripts.check_regression_detection import BENCH, parse_row  # noqa: E402
+
+#: asv's own noise controls, at the setting that did best in its own measurement here (--interleave-rounds
+#: over 4 rounds, a 5% factor)
+ASV_SETTINGS = ["--factor 1.05 --interleave-rounds -a rounds=4"]
+GATE = "python -m benchmarks.gate"
 
 SPIN = '''
 
@@ -62,9 +71,9 @@ def commit_change(repo: str, base: str, text: str, message: str) -> str:
 
 
 def gate(repo: str, base: str, head: str, budget: float, record: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gate", base, head, "--area", "attention", "--device",
-                           "cpu", "--budget", str(budget), "--record", record, "--no-progress"], cwd=repo,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gate", base, head, "--area", "attention", "--method",
+                           "forward", "--device", "cpu", "--budget", str(budget), "--record", record,
+                           "--no-progress"], cwd=repo, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"the gate failed (exit {done.returncode}): {done.stderr[-2000:]}")
     with open(record) as f:
@@ -75,18 +84,40 @@ def gate(repo: str, base: str, head: str, budget: float, record: str) -> dict:
             "rounds": rows["rounds"], "seconds": rows["elapsed_s"]}
 
 
+def cpu_cases() -> int:
+    return len(cases.select("attention", grid="quick", device="cpu"))
+
+
+def asv_continuous(repo: str, base: str, head: str, setting: str) -> dict:
+    """``asv continuous`` of equation (1)'s forward cases: CPU rows it marks slower ('+') and their ratios."""
+    asv = os.path.join(os.path.dirname(sys.executable), "asv")
+    started = time.monotonic()
+    done = subprocess.run([asv, "continuous", *setting.split(), "--bench", BENCH, base, head], cwd=repo,
+                          capture_output=True, text=True, env={**os.environ, "ATTENTION_BENCH_GRID": "quick"})
+    out = done.stdout + done.stderr
+    rows = [parse_row(line) for line in out.splitlines()
+            if line.strip().startswith("|") and "'cpu'" in line and BENCH.split(".")[0] in line]
+    if done.returncode not in (0, 1) or "PERFORMANCE" not in out and "BENCHMARKS NOT SIGNIFICANTLY" not in out:
+        raise RuntimeError(f"asv continuous {setting} failed (exit {done.returncode}): {out[-2000:]}")
+    return {"exit": done.returncode, "cases": cpu_cases(), "slower": sum(r["change"] == "+" for r in rows),
+            "ratios": [r["ratio"] for r in rows], "seconds": time.monotonic() - started}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--slowdowns", default="0.05,0.1,0.2,0.5", help="comma-separated fractions")
+    parser.add_argument("--slowdowns", default="0.05,0.1,0.2", help="comma-separated fractions")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=180.0, help="the gate's budget per comparison (s)")
+    parser.add_argument("--budget", type=float, default=165.0, help="the gate's budget per comparison (s)")
+    parser.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
+                        f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
     parser.add_argument("--record", help="save the table as a JSON record here (for the docs)")
     args = parser.parse_args()
     slowdowns = [float(x) for x in args.slowdowns.split(",")]
+    settings = [] if args.asv == ["none"] else args.asv or ASV_SETTINGS
     work = tempfile.mkdtemp(prefix="gate-sensitivity-")
     repo = os.path.join(work, "repo")
     start = time.time()
-    results: dict[str, list[dict]] = {}
+    results: dict[str, dict[str, list[dict]]] = {GATE: {}, **{f"asv continuous {s}": {} for s in settings}}
     try:
         sh("git", "clone", "-q", ROOT, repo, cwd=work)
         base = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
@@ -94,21 +125,32 @@ def main() -> int:
         for x in slowdowns:
             heads[f"{x:.0%}"] = commit_change(repo, base, SPIN.format(x=x), f"inject a {x:.0%} slowdown")
         sh("git", "checkout", "-q", "--detach", base, cwd=repo)
+        if settings:  # asv needs this machine described once (~/.asv-machine.json); --yes takes its defaults
+            sh(os.path.join(os.path.dirname(sys.executable), "asv"), "machine", "--yes", cwd=repo)
         for trial in range(args.trials):
             for name, head in heads.items():
-                got = gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))
-                results.setdefault(name, []).append(got)
-                print(f"trial {trial + 1}, {name:>7}: {got['slower']} of {got['cases']} cases flagged slower, "
-                      f"ratios {min(got['ratios']):.3f}-{max(got['ratios']):.3f}, {got['rounds']} rounds, "
-                      f"{got['seconds']:.0f} s", flush=True)
+                runs = {GATE: lambda: gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))}
+                for setting in settings:
+                    runs[f"asv continuous {setting}"] = lambda s=setting: asv_continuous(repo, base, head, s)
+                for method, measure in runs.items():
+                    got = measure()
+                    results[method].setdefault(name, []).append(got)
+                    ratios = f"ratios {min(got['ratios']):.3f}-{max(got['ratios']):.3f}" if got["ratios"] else ""
+                    print(f"trial {trial + 1}, {name:>7}, {method}: {got['slower']} of {got['cases']} cases flagged "
+                          f"slower, {ratios}, {got['seconds']:.0f} s", flush=True)
+                    if args.record:  # what is measured so far is kept, whatever stops the run
+                        measured.save(args.record, "gate-sensitivity", base, trials=args.trials, budget_s=args.budget,
+                                      seconds=time.time() - start, results=results, done=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for name, trials in results.items():
-        rates = [t["slower"] / t["cases"] for t in trials]
-        print(f"{name:>7}: flagged {', '.join(f'{r:.0%}' for r in rates)} of the cases in {len(rates)} trials")
+    for method, by_head in results.items():
+        for name, trials in by_head.items():
+            rates = [t["slower"] / t["cases"] for t in trials]
+            print(f"{method}, {name:>7}: flagged {', '.join(f'{r:.0%}' for r in rates)} of the cases in "
+                  f"{len(rates)} trials")
     if args.record:
         measured.save(args.record, "gate-sensitivity", base, trials=args.trials, budget_s=args.budget,
-                      seconds=time.time() - start, results=results)
+                      seconds=time.time() - start, results=results, done=True)
     return 0
 
 
