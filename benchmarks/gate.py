@@ -29,7 +29,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import SESSION_ROUNDS, VERDICTS, Estimate, Worker, WorkerDied, estimate, round_ratio
+from .core.paired import SESSION_ROUNDS, VERDICTS, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import case_key, write_json_atomic
 from .core.runner import plan
 
@@ -84,75 +84,29 @@ def export(commit: str, into: str) -> str:
     return into
 
 
-class Gate:
-    """One comparison: the cases, the two workers, each case's per-round ratios and times."""
+class Gate(MirroredRounds):
+    """One comparison: each case in the base worker against the same case in the head worker."""
 
     def __init__(self, todo: list[tuple[str, dict, str]], base: Worker, head: Worker):
-        self.todo, self.base, self.head = todo, base, head
-        self.ratios: list[list[float]] = [[] for _ in todo]
-        self.sessions: list[list[int]] = [[] for _ in todo]  # each round's pair of worker processes
-        self.times: list[dict[str, list[float]]] = [{"base": [], "head": []} for _ in todo]
-        self.calls: list[int] = []
-        self.skipped: dict[int, str] = {}
-
-    def start(self) -> None:
-        """Start both workers (again, for a new session) and build every case; the first time, also size
-        each case's blocks."""
-        self.session = getattr(self, "session", -1) + 1
-        sides = (self.base, self.head) if self.session % 2 == 0 else (self.head, self.base)
-        for side in sides:  # the side started first alternates from session to session
-            side.stop()
-        for side in sides:
-            for i, error in enumerate(side.start(self.todo)):
-                if error:
-                    self.skipped.setdefault(i, f"{side.label}: {error}")
-        # every case warmed on both sides (a new process's first calls grow its heap: up to 2x slower), and
-        # the first time, each case's block sized from the slower side's call
-        probes = [0.0 if i in self.skipped else max(side.ask({"probe": i})["seconds"] for side in sides)
-                  for i in range(len(self.todo))]
-        if not self.calls:
-            self.calls = [max(1, round(BLOCK_S / probe)) if probe else 0 for probe in probes]
-
-    def round(self, r: int) -> None:
-        """One round over every case: A B B A on even rounds, B A A B on odd ones; every SESSION_ROUNDS rounds
-        both workers start afresh."""
-        if r and r % SESSION_ROUNDS == 0:
-            self.start()
-        for i, calls in enumerate(self.calls):
-            if i in self.skipped:
-                continue
-            first, second = (self.base, self.head) if r % 2 == 0 else (self.head, self.base)
-            got = {"base": [], "head": []}
-            for side in (first, second, second, first):
-                got[side.label].append(side.ask({"case": i, "calls": calls})["seconds"])
-            self.ratios[i].append(round_ratio(got["base"], got["head"]))
-            self.sessions[i].append(r // SESSION_ROUNDS)
-            for label in got:
-                self.times[i][label].extend(got[label])
-
-    def estimates(self) -> list[Estimate | None]:
-        return [None if i in self.skipped else estimate(r, s) for i, (r, s) in enumerate(zip(self.ratios,
-                                                                                               self.sessions))]
+        super().__init__([base, head], todo, [(Side(base, i), Side(head, i)) for i in range(len(todo))], BLOCK_S)
+        self.base, self.head = base, head
 
 
 def run(gate: Gate, threshold: float, budget: float, progress: bool) -> tuple[int, bool]:
     """Rounds until every case is decided (after MIN_ROUNDS) or the budget is spent: (rounds, decided)."""
-    started, r = time.monotonic(), 0
-    while r < MAX_ROUNDS:
-        gate.round(r)
-        r += 1
-        out_of_time = time.monotonic() - started > budget
-        if not out_of_time and (r < MIN_ROUNDS or r % 2):
-            continue  # the bootstrap costs a little: every other round is soon enough
-        verdicts = [e.verdict(threshold) for e in gate.estimates() if e is not None]
-        if progress:
-            print(f"\rround {r}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v))
-                  + f" ({time.monotonic() - started:.0f} s of {budget:g})", end="", file=sys.stderr, flush=True)
-        if out_of_time or r >= MIN_ROUNDS and "inconclusive" not in verdicts:
-            break
+
+    def decided(estimates) -> bool:
+        return all(e.verdict(threshold) != "inconclusive" for e in estimates if e is not None)
+
+    def say(r, estimates, seconds):
+        verdicts = [e.verdict(threshold) for e in estimates if e is not None]
+        print(f"\rround {r}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v))
+              + f" ({seconds:.0f} s of {budget:g})", end="", file=sys.stderr, flush=True)
+
+    rounds = gate.run(decided, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None)
     if progress:
         print(file=sys.stderr)
-    return r, "inconclusive" not in [e.verdict(threshold) for e in gate.estimates() if e is not None]
+    return rounds, decided(gate.estimates())
 
 
 def table(gate: Gate, threshold: float) -> list[dict]:
@@ -160,7 +114,7 @@ def table(gate: Gate, threshold: float) -> list[dict]:
     for i, ((area, params, method), est) in enumerate(zip(gate.todo, gate.estimates())):
         median = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
         row = {"area": area, "method": method, "params": params, "case": case_key(area, method, params),
-               "base_s": median(gate.times[i]["base"]), "head_s": median(gate.times[i]["head"])}
+               "base_s": median(gate.times[i]["a"]), "head_s": median(gate.times[i]["b"])}
         if est is None:
             row.update(verdict="skipped", reason=gate.skipped[i])
         else:
@@ -233,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         finally:
-            gate.base.stop()
-            gate.head.stop()
+            gate.stop()
     rows = table(gate, args.threshold)
     facts = machine.metadata()
     print(show(rows))

@@ -28,6 +28,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,7 +163,10 @@ class Worker:
         return answer
 
     def _died(self, how: str) -> str:
-        code = self.proc.poll()
+        try:  # a process whose output just closed may not have ended yet
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
         self.log.seek(0)
         last = [line for line in self.log.read().strip().splitlines() if line.strip()][-3:]
         return (f"the {self.label} worker ({self.models}) {how}"
@@ -183,3 +187,104 @@ class Worker:
         if self.log is not None:
             self.log.close()
         self.proc = self.log = self._root = None
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: case ``case`` (an index into the workers' cases) in ``worker``."""
+
+    worker: Worker
+    case: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.worker.label, self.case
+
+
+class MirroredRounds:
+    """Pairs of sides timed in mirrored blocks over rounds, each pair's per-round ratio (b over a).
+
+    ``workers`` each build every case of ``todo``; a pair's two sides may be one case in two workers (the
+    gate: base against head) or two cases in one worker (a verdict's ratio: the RNN against the
+    Transformer). Every SESSION_ROUNDS rounds the workers start afresh (the one started first alternates),
+    and each side is warmed before it is timed again; a pair's blocks last about ``block_s`` (at least one
+    call), sized once from its slower side."""
+
+    def __init__(self, workers: list[Worker], todo: list[tuple[str, dict, str]], pairs: list[tuple[Side, Side]],
+                 block_s: float):
+        self.workers, self.todo, self.pairs, self.block_s = workers, todo, pairs, block_s
+        self.ratios: list[list[float]] = [[] for _ in pairs]
+        self.sessions: list[list[int]] = [[] for _ in pairs]  # each round's set of worker processes
+        self.times: list[dict[str, list[float]]] = [{"a": [], "b": []} for _ in pairs]
+        self.calls: list[int] = []
+        self.skipped: dict[int, str] = {}
+        self.session = -1
+
+    def start(self) -> None:
+        """Start the workers (again, for a new session), build every case and warm each pair's sides (a new
+        process's first calls grow its heap: up to 2x slower); the first time, size each pair's blocks."""
+        self.session += 1
+        order = self.workers if self.session % 2 == 0 else self.workers[::-1]
+        for worker in order:
+            worker.stop()
+        failed = {}
+        for worker in order:
+            for i, error in enumerate(worker.start(self.todo)):
+                if error:
+                    failed[worker.label, i] = f"{worker.label}: {error}"
+        for p, (a, b) in enumerate(self.pairs):
+            for side in (a, b):
+                if side.key in failed:
+                    self.skipped.setdefault(p, failed[side.key])
+        probed = {}
+        for p, pair in enumerate(self.pairs):
+            if p not in self.skipped:
+                for side in pair:
+                    if side.key not in probed:
+                        probed[side.key] = side.worker.ask({"probe": side.case})["seconds"]
+        if not self.calls:
+            self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
+                          for p, (a, b) in enumerate(self.pairs)]
+
+    def round(self, r: int) -> None:
+        """One round over every pair: a b b a on even rounds, b a a b on odd ones."""
+        if r and r % SESSION_ROUNDS == 0:
+            self.start()
+        for p, (a, b) in enumerate(self.pairs):
+            if p in self.skipped:
+                continue
+            first, second = ("a", "b") if r % 2 == 0 else ("b", "a")
+            got = {"a": [], "b": []}
+            for name in (first, second, second, first):
+                side = a if name == "a" else b
+                got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]})["seconds"])
+            self.ratios[p].append(round_ratio(got["a"], got["b"]))
+            self.sessions[p].append(r // SESSION_ROUNDS)
+            for name in got:
+                self.times[p][name].extend(got[name])
+
+    def estimates(self) -> list[Estimate | None]:
+        return [None if p in self.skipped else estimate(r, s) for p, (r, s) in enumerate(zip(self.ratios,
+                                                                                               self.sessions))]
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+    def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None) -> int:
+        """Rounds until ``done(estimates)`` (asked every other round from ``min_rounds`` on), the ``budget``
+        (seconds) is spent or ``max_rounds`` are measured; ``progress(rounds, estimates, seconds)`` is told
+        each time the estimates are made. Returns the rounds measured."""
+        started, r = time.monotonic(), 0
+        while r < max_rounds:
+            self.round(r)
+            r += 1
+            out_of_time = time.monotonic() - started > budget
+            if not out_of_time and (r < min_rounds or r % 2):
+                continue  # the bootstrap costs a little: every other round is soon enough
+            estimates = self.estimates()
+            if progress:
+                progress(r, estimates, time.monotonic() - started)
+            if out_of_time or r >= min_rounds and done(estimates):
+                break
+        return r
