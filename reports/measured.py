@@ -206,8 +206,25 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
     return lines
 
 
+def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    lines = [f"From the saved run [`{name}`]({link}) ({record['date'][:16]}, commit "
+             f"{(record.get('commit') or 'unknown')[:8]}; {_machine(record['machine'])}, {record['threads']} threads; "
+             f"`python -m benchmarks.pairs`): both cases of each ratio timed in mirrored blocks in one process, "
+             f"{record['rounds']} rounds over fresh processes every few rounds, {record['elapsed_s']:.0f} s:",
+             "", "| ratio | case | a | b | b/a | 95% interval | rounds |", "|---|---|---|---|---|---|---|"]
+    for p in record["pairs"]:
+        case = ", ".join(f"{k} {v}" for k, v in p["params"].items() if k != "device")
+        if p["status"] != "ok":
+            lines.append(f"| {p['meaning']} | {case} | | | | skipped: {p['reason']} | |")
+            continue
+        lines.append(f"| {p['meaning']} | {case} | {p['axis']} {p['a']}: {p['a_s'] * 1e3:.1f} ms | "
+                     f"{p['axis']} {p['b']}: {p['b_s'] * 1e3:.1f} ms | {p['ratio']:.3f} | "
+                     f"{p['low']:.3f}-{p['high']:.3f} | {p['rounds']} |")
+    return lines
+
+
 RENDER = {"report": _report, "regression-check": _regression_check, "compare-with-torch": _compare_with_torch,
-          "gate": _gate, "gate-sensitivity": _gate_sensitivity}
+          "gate": _gate, "gate-sensitivity": _gate_sensitivity, "pairs": _pairs}
 
 
 def readme_blocks(readme: str) -> list[tuple[str, list[str] | None, str]]:

@@ -1,0 +1,169 @@
+"""The ratios the verdicts rest on, each timed in the same moments: both cases of a ratio in mirrored blocks.
+
+    python -m benchmarks.pairs                              every pair of the default grid's CPU cases
+    python -m benchmarks.pairs --only c1 --budget 300 --record results/pairs/vm.json
+
+A verdict's ratio taken from two separate timings (the Transformer's at one moment, the RNN's at another)
+moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
+C1 ratio as 0.95x one day and 0.72x the next. Here the two cases of each ratio run in one worker process,
+alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every few
+rounds (``benchmarks.core.paired.MirroredRounds``, as the regression gate), and each ratio gets a 95%
+bootstrap interval over sessions and rounds. The pairs:
+
+    c1      per model size and sequence length, the teacher-forced forward pass: RNN time over Transformer
+            time (the Transformer's speed-up; below 1, the RNN is faster)
+    heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
+            small heads)
+
+Prints one row per pair and saves a record (kind ``pairs``) that ``python -m reports measured`` renders.
+Rounds go on until every interval is narrower than ±PRECISION or the budget is spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+
+import torch
+
+from . import cases
+from .core import guards, machine
+from .core.paired import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
+from .core.records import case_key, commit, write_json_atomic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: each pair's blocks last about this long (at least one call); rounds at least and at most
+BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
+#: an interval is narrow enough when it spans at most ±PRECISION around the ratio
+PRECISION = 0.03
+#: what each kind of pair compares: (area, method, the axis that differs, its value on side a, on side b, what
+#: the ratio b/a means)
+KINDS = {
+    "c1": ("models", "forward", "model", "transformer", "rnn-width",
+           "Transformer speed-up (RNN time / Transformer time)"),
+    "heads": ("multihead", "forward", "heads", 1, 64, "64 heads' cost over 1 head's (time h=64 / time h=1)"),
+}
+
+
+def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, str], tuple[str, dict, str]]]:
+    """The (case a, case b) pairs of ``kind`` on ``grid``: every case with the axis at a's value, matched
+    with the same case at b's value (cases as (area, params, method))."""
+    area, method, axis, a, b, _ = KINDS[kind]
+    if area not in cases.GRIDS[grid]:
+        return []
+    out = []
+    for params in cases.select(area, grid, device=device, **{axis: a}):
+        other = {**params, axis: b}
+        if cases.on_grid(area, other, grid) and other in cases.combinations(area, grid):
+            if kind != "heads" or params["out_proj"]:  # W_O is in the cost of heads as the paper has them
+                out.append(((area, params, method), (area, other, method)))
+    return out
+
+
+def key(case: tuple[str, dict, str]) -> str:
+    area, params, method = case
+    return case_key(area, method, params)
+
+
+def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool):
+    """Measure every pair of ``kinds``: (rows, rounds, seconds)."""
+    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
+    todo = list({key(c): c for _, pair in listed for c in pair}.values())
+    index = {key(c): i for i, c in enumerate(todo)}
+    worker = Worker("cases", ROOT, ROOT)
+    rounds_of = MirroredRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
+                                                for _, (pa, pb) in listed], BLOCK_S)
+
+    def narrow(estimates) -> bool:
+        return all(e.high / e.low <= (1 + PRECISION) / (1 - PRECISION) for e in estimates if e is not None)
+
+    def say(r, estimates, seconds):
+        wide = sum(e is not None and e.high / e.low > (1 + PRECISION) / (1 - PRECISION) for e in estimates)
+        print(f"\rround {r}: {wide} of {len(estimates)} intervals wider than ±{PRECISION:.0%} ({seconds:.0f} s of "
+              f"{budget:g})", end="", file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    try:
+        rounds_of.start()
+        rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None)
+    finally:
+        rounds_of.stop()
+        if progress:
+            print(file=sys.stderr)
+    rows = []
+    for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates())):
+        area, method, axis, a, b, meaning = KINDS[kind]
+        same = {k: v for k, v in pa[1].items() if k != axis}
+        row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
+               "params": same, "a_case": key(pa), "b_case": key(pb)}
+        if est is None:
+            row.update(status="skipped", reason=rounds_of.skipped[p])
+        else:
+            times = rounds_of.times[p]
+            row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
+                       b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
+                       rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p])
+        rows.append(row)
+    return rows, rounds, time.monotonic() - started
+
+
+def label(row: dict) -> str:
+    return f"{row['kind']}: " + ", ".join(f"{k}={v}" for k, v in row["params"].items() if k != "device")
+
+
+def show(rows: list[dict]) -> str:
+    lines = [f"{'pair':<52} {'a':>10} {'b':>10} {'b/a':>7} {'95% interval':>15}  rounds"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{label(r)[:52]:<52} skipped: {r['reason']}")
+            continue
+        lines.append(f"{label(r)[:52]:<52} {r['a_s'] * 1e3:>8.2f}ms {r['b_s'] * 1e3:>8.2f}ms {r['ratio']:>7.3f} "
+                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['rounds']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pairs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid whose pairs are timed")
+    parser.add_argument("--only", action="append", choices=list(KINDS), help="only these pairs (repeatable)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default cpu)")
+    parser.add_argument("--budget", type=guards.seconds, default=300.0, help="seconds of rounds at most (default 300)")
+    parser.add_argument("--record", help="where to save the ratios (default results/pairs/<host>-<grid>.json)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    facts = machine.metadata()
+    record = args.record or os.path.join("results", "pairs", f"{facts.get('hostname', 'host')}-{args.grid}.json")
+    try:
+        guards.check_devices([args.device])
+        kinds = args.only or list(KINDS)
+        if not any(pairs_of(kind, args.grid, args.device) for kind in kinds):
+            raise ValueError(f"no pair of {kinds} on grid {args.grid!r} for device {args.device!r}")
+        guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
+        guards.writable_file(record, "--record")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"Timing the pairs of {', '.join(kinds)} on grid {args.grid!r} ({args.device}) in mirrored blocks of about "
+          f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {args.budget:g} s",
+          file=sys.stderr)
+    try:
+        rows, rounds, seconds = run(kinds, args.grid, args.device, args.budget, not args.no_progress)
+    except WorkerDied as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(show(rows))
+    write_json_atomic(record, {"kind": "pairs", "grid": args.grid, "device": args.device, "rounds": rounds,
+                               "elapsed_s": seconds, "budget_s": args.budget, "precision": PRECISION,
+                               "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+                               "commit": commit(),
+                               "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
+                               "threads": torch.get_num_threads(), "pairs": rows})
+    print(f"{rounds} rounds in {seconds:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
