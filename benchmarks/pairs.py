@@ -2,6 +2,7 @@
 
     python -m benchmarks.pairs                              every pair of the default grid's CPU cases
     python -m benchmarks.pairs --only c1 --budget 300 --record results/pairs/vm.json
+    python -m benchmarks.pairs --out results/runs/<machine>-default   into a run folder, for its report
 
 A verdict's ratio taken from two separate timings (the Transformer's at one moment, the RNN's at another)
 moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
@@ -37,6 +38,8 @@ from .core.records import case_key, commit, write_json_atomic
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
 BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
+#: the record's name in a run folder (the report reads it from there)
+RECORD = "pairs-{device}.json"
 #: an interval is narrow enough when it spans at most ±PRECISION around the ratio
 PRECISION = 0.03
 #: what each kind of pair compares: (area, method, the axis that differs, its value on side a, on side b, what
@@ -125,20 +128,38 @@ def show(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True) -> dict:
+    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``."""
+    print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
+          f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
+    rows, rounds, seconds = run(kinds, grid, device, budget, progress)
+    facts = machine.metadata()
+    saved = {"kind": "pairs", "grid": grid, "device": device, "rounds": rounds, "elapsed_s": seconds,
+             "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
+             "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
+             "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
+             "threads": torch.get_num_threads(), "pairs": rows}
+    write_json_atomic(record, saved)
+    return saved
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pairs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid whose pairs are timed")
     parser.add_argument("--only", action="append", choices=list(KINDS), help="only these pairs (repeatable)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default cpu)")
     parser.add_argument("--budget", type=guards.seconds, default=300.0, help="seconds of rounds at most (default 300)")
-    parser.add_argument("--record", help="where to save the ratios (default results/pairs/<host>-<grid>.json)")
+    parser.add_argument("--out", help=f"a run folder: the record goes in it as {RECORD.format(device='<device>')}, "
+                        "where the report reads it")
+    parser.add_argument("--record", help="where to save the ratios (default: in --out, else results/pairs/"
+                        "<host>-<grid>-<device>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    facts = machine.metadata()
-    record = args.record or os.path.join("results", "pairs", f"{facts.get('hostname', 'host')}-{args.grid}.json")
+    record = args.record or (os.path.join(args.out, RECORD.format(device=args.device)) if args.out else os.path.join(
+        "results", "pairs", f"{machine.metadata().get('hostname', 'host')}-{args.grid}-{args.device}.json"))
+    kinds = args.only or list(KINDS)
     try:
         guards.check_devices([args.device])
-        kinds = args.only or list(KINDS)
         if not any(pairs_of(kind, args.grid, args.device) for kind in kinds):
             raise ValueError(f"no pair of {kinds} on grid {args.grid!r} for device {args.device!r}")
         guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
@@ -146,22 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"Timing the pairs of {', '.join(kinds)} on grid {args.grid!r} ({args.device}) in mirrored blocks of about "
-          f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {args.budget:g} s",
-          file=sys.stderr)
     try:
-        rows, rounds, seconds = run(kinds, args.grid, args.device, args.budget, not args.no_progress)
+        saved = measure(kinds, args.grid, args.device, args.budget, record, not args.no_progress)
     except WorkerDied as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(show(rows))
-    write_json_atomic(record, {"kind": "pairs", "grid": args.grid, "device": args.device, "rounds": rounds,
-                               "elapsed_s": seconds, "budget_s": args.budget, "precision": PRECISION,
-                               "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
-                               "commit": commit(),
-                               "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-                               "threads": torch.get_num_threads(), "pairs": rows})
-    print(f"{rounds} rounds in {seconds:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
+    print(show(saved["pairs"]))
+    print(f"{saved['rounds']} rounds in {saved['elapsed_s']:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
     return 0
 
 

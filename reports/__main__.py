@@ -20,7 +20,7 @@ import time
 
 import pandas as pd
 
-from benchmarks import cases
+from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler
 
 from . import claims, history, html, measured, tidy
@@ -33,6 +33,8 @@ REPORT_DIR = os.path.join("results", "report")
 #: bytes a report (page, figures, CSV; about 4 MB of the default grid) and the profiles and their traces
 #: (about 2 MB) may take at most
 REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
+#: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles
+PAIRS_BUDGET_S = 60.0
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
 
@@ -67,7 +69,8 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
     # a relative link keeps working when the report and .asv/html move together
     try:
         index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
-                           profiles=tidy.load_profiles(folders, lead), inputs=tidy.unique_paths(paths), extra=extra)
+                           profiles=tidy.load_profiles(folders, lead), pairs=tidy.load_pairs(folders, lead),
+                           inputs=tidy.unique_paths(paths), extra=extra)
     except OSError as error:  # a full disk, say: html.build leaves the old report whole and nothing partial
         raise ValueError(f"could not write the report into {out!r} ({error.strerror or error}); "
                          + ("the report that was there is left as it was" if previous else "no report was written")
@@ -99,6 +102,8 @@ def measure(args) -> int:
         if not args.no_profile:
             profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+        if args.pairs_budget:
+            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo})
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
     finally:
@@ -107,6 +112,20 @@ def measure(args) -> int:
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
     print(os.path.abspath(index))
     return 0
+
+
+def _time_pairs(args, out: str, devices: set[str]) -> None:
+    """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured;
+    a worker that dies is said, and the report goes on without that device's pairs."""
+    for device in sorted(devices):
+        kinds = [k for k in pairs.KINDS if pairs.pairs_of(k, args.grid, device)]
+        if not kinds:
+            continue
+        try:
+            pairs.measure(kinds, args.grid, device, args.pairs_budget,
+                          os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress)
+        except pairs.WorkerDied as error:
+            print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
 
 
 def build(args) -> int:
@@ -185,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     pipeline.add_run_options(measuring, cases.GRIDS, default_grid="default")
     measuring.add_argument("--device", action="append", choices=["cpu", "cuda"], help="only this device (repeatable)")
     measuring.add_argument("--no-profile", action="store_true", help="measure only: profile no case")
+    measuring.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
+                           help="seconds per device for timing the verdicts' ratios paired after the grid "
+                           f"(python -m benchmarks.pairs; default {PAIRS_BUDGET_S:g}, 0: none)")
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n\n")[0],
                                      parents=[common, measuring], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n")[1])

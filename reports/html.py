@@ -152,11 +152,12 @@ def describe(out: str) -> str | None:
 
 
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
-          profiles: list[dict] | None = None, inputs: list[str] | None = None, extra: dict | None = None) -> str:
+          profiles: list[dict] | None = None, pairs: list[dict] | None = None, inputs: list[str] | None = None,
+          extra: dict | None = None) -> str:
     """Write the report for ``table`` as folder ``out``, whole or not at all; returns the path of index.html.
     ``profiles``: profile records (``benchmarks.core.profiler.load``, each with the ``root`` folder it was read
-    from); ``inputs``: the result folders it was read from, recorded in ``report.json``, with ``extra``'s
-    fields (``compare``: the runs' agreement).
+    from); ``pairs``: paired-ratio records (``reports.tidy.load_pairs``); ``inputs``: the result folders it
+    was read from, recorded in ``report.json``, with ``extra``'s fields (``compare``: the runs' agreement).
 
     The page is built in a folder beside ``out`` and swapped in once complete: if building fails (a full
     disk, say), the report that was in ``out`` stays as it was and the partial one is removed."""
@@ -166,7 +167,8 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
     try:
-        _write(table, staging, machine=machine, asv_html=asv_html, profiles=profiles, inputs=inputs, extra=extra)
+        _write(table, staging, machine=machine, asv_html=asv_html, profiles=profiles, pairs=pairs, inputs=inputs,
+               extra=extra)
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -191,11 +193,11 @@ def _swap(staging: str, out: str) -> None:
 
 
 def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str | None, profiles: list[dict] | None,
-           inputs: list[str] | None, extra: dict | None) -> None:
+           pairs: list[dict] | None, inputs: list[str] | None, extra: dict | None) -> None:
     """The page, its figures, results.csv and report.json, written into the empty folder ``out``."""
     profiles = profiles or []
     _copy_profiles(profiles, out)
-    results = run_all(table, machine, profiling.table(profiles))
+    results = run_all(table, machine, profiling.table(profiles), pairs)
     sections = []
     for a in results:
         saved = figures.save(figures.figures_for(a), out)

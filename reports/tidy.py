@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import sys
 from collections.abc import Iterable
 
 import pandas as pd
@@ -31,7 +32,7 @@ from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, GRAPH_METRICS, PARAMS, UNITS, facts, frame
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "from_asv",
-           "from_runner", "load", "load_profiles", "runs", "unique_paths"]
+           "from_runner", "load", "load_pairs", "load_profiles", "runs", "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -291,6 +292,33 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
                          if r in others.groups else None for r in out.index]
     out["busy_cases"] = (others.apply(lambda v: (v > BUSY_SHARE).sum())).reindex(out.index).astype("Int64")
     out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
+    return out
+
+
+def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
+    """The paired-ratio records (``benchmarks.pairs``: ``pairs-<device>.json``) in runner folders among
+    ``paths``, of ``machine`` (every machine when None), each with ``root`` and ``machine``; a record that
+    cannot be read or is not right is named on stderr and left out."""
+    out = []
+    for path in paths:
+        meta = os.path.join(path, "machine.json")
+        if not os.path.exists(meta):
+            continue
+        saved = read_json(meta)
+        name = saved.get("name") or saved["machine"]["hostname"]
+        if machine is not None and name != machine:
+            continue
+        for file in sorted(glob.glob(os.path.join(path, "pairs-*.json"))):
+            try:
+                record = read_json(file)
+            except records.UnreadableRecord as error:
+                print(f"warning: {error}; not counted", file=sys.stderr)
+                continue
+            problem = records.pairs_problem(record)
+            if problem:
+                print(f"warning: {file}: {problem}; not counted", file=sys.stderr)
+                continue
+            out.append({**record, "root": path, "machine": name})
     return out
 
 

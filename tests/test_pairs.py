@@ -91,3 +91,45 @@ def test_bad_input_is_a_clear_error(tmp_path):
     if not torch.cuda.is_available():
         done = run("--device", "cuda")
         assert done.returncode == 2 and "cuda" in done.stderr and not (tmp_path / "r.json").exists()
+
+
+def record(pairs_rows: list[dict]) -> dict:
+    return {"kind": "pairs", "grid": "default", "device": "cpu", "rounds": 20, "threads": 2, "pairs": pairs_rows}
+
+
+def pair(kind: str, params: dict, ratio: float, low: float, high: float) -> dict:
+    return {"kind": kind, "params": params, "status": "ok", "ratio": ratio, "low": low, "high": high, "rounds": 20,
+            "a_s": 0.1, "b_s": 0.1 * ratio}
+
+
+def test_the_paired_analysis_names_the_winner_only_outside_parity():
+    from reports.analyses.paired import analyse_paired
+
+    a = analyse_paired([record([
+        pair("c1", {"preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}, 3.8, 3.6, 4.1),
+        pair("c1", {"preset": "paper-base", "seq_len": 16, "batch": 8, "device": "cpu"}, 1.02, 0.97, 1.06),
+        pair("c1", {"preset": "paper-base", "seq_len": 64, "batch": 8, "device": "cpu"}, 0.72, 0.70, 0.74),
+        pair("heads", {"strategy": "batched", "out_proj": True, "device": "cpu"}, 2.2, 2.1, 2.3)])])
+    assert "tiny n = 64: the Transformer faster" in a.verdict
+    assert "paper-base n = 16: parity" in a.verdict and "paper-base n = 64: the RNN faster" in a.verdict
+    assert "RNN/Transformer time 0.72× (0.70-0.74) at paper-base n = 64" in a.answer
+    assert "64 heads cost 2.20×" in a.answer
+    assert a.numbers["heads_batched_cpu"] == 2.2 and len(a.tables["paired_ratios"]) == 4
+    empty = analyse_paired([])
+    assert empty.missing and "python -m benchmarks.pairs --out" in empty.verdict
+
+
+def test_a_pairs_record_that_is_not_right_is_named_and_left_out(tmp_path, capsys):
+    from benchmarks.core.records import write_json_atomic
+    from reports import tidy
+
+    write_json_atomic(str(tmp_path / "machine.json"), {"machine": {"hostname": "box"}, "gemm_peaks": {}})
+    good = record([pair("heads", {"strategy": "sdpa", "out_proj": True, "device": "cpu"}, 2.0, 1.9, 2.1)])
+    write_json_atomic(str(tmp_path / "pairs-cpu.json"), good)
+    write_json_atomic(str(tmp_path / "pairs-cuda.json"),
+                      record([pair("heads", {"strategy": "sdpa", "device": "cuda"}, 2.5, 1.9, 2.1)]))
+    (tmp_path / "pairs-mps.json").write_text('{"kind": "pai')
+    got = tidy.load_pairs([str(tmp_path)])
+    assert [r["device"] for r in got] == ["cpu"] and got[0]["machine"] == "box"
+    said = capsys.readouterr().err
+    assert "pairs-cuda.json: pair heads" in said and "outside its interval" in said and "pairs-mps.json" in said

@@ -2,6 +2,7 @@
 is allowed, while nothing has been spent or written yet.
 
     seconds          an argparse type: a finite number of seconds > 0 (NaN or inf would hang a timing loop)
+    seconds_or_none  the same, or 0 for a step to skip
     count            an argparse type: a whole number >= 1 (check_count: the same for the Python API)
     writable_folder  a folder results or a report can be written into (created if missing)
     writable_file    a file path whose folder exists and is writable
@@ -27,6 +28,17 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def seconds_or_none(text: str) -> float:
+    """argparse ``type=``: a finite number of seconds >= 0 (0: skip that step)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (0: none), got {text!r}")
     return value
 
 

@@ -184,6 +184,22 @@ def profile_problem(record: dict) -> str | None:
     return None
 
 
+def pairs_problem(record: dict) -> str | None:
+    """Why a paired-ratios record (``benchmarks.pairs``, kind ``pairs``) cannot be right, or None: each
+    measured pair has positive times and a positive finite ratio inside its interval."""
+    if record.get("kind") != "pairs" or not isinstance(record.get("pairs"), list):
+        return f"kind {record.get('kind')!r} with no list of pairs, not a pairs record"
+    for p in record["pairs"]:
+        if not isinstance(p, dict) or not isinstance(p.get("kind"), str) or not isinstance(p.get("params"), dict):
+            return f"a pair {str(p)[:80]!r} has no kind or parameters"
+        if p.get("status") == "ok" and not (
+                all(positive(p.get(f)) for f in ("a_s", "b_s", "ratio", "low", "high"))
+                and p["low"] <= p["ratio"] <= p["high"]):
+            return (f"pair {p['kind']} {p['params']}: ratio {p.get('ratio')!r} outside its interval "
+                    f"{p.get('low')!r}-{p.get('high')!r}, or a time not above 0")
+    return None
+
+
 def peaks_problem(saved: dict) -> str | None:
     """Why a run folder's ``machine.json`` cannot be right, or None: it must hold the machine's facts and a
     positive finite GEMM peak per device/dtype/threads key."""

@@ -12,6 +12,7 @@ from .c1_threads import analyse_threads
 from .c2_roofline import analyse_roofline
 from .hardware import analyse_hardware
 from .heads import analyse_heads
+from .paired import analyse_paired
 from .parallel import analyse_parallel
 from .profiling import analyse_profiles
 from .runs import latest
@@ -27,19 +28,26 @@ def _computed(t: pd.DataFrame) -> Analysis:
     return analyse_softmax_scaling()
 
 
-#: every per-machine analysis in the report's order, and whether it also reads the profiles
-ANALYSES = [(analyse_sequence_length, True), (analyse_generation, False), (analyse_depth, False),
-            (analyse_threads, False), (analyse_roofline, False), (analyse_heads, True), (analyse_parallel, False),
-            (_computed, False), (analyse_table1, False), (_profiles_only, True)]
+def _pairs_only(t: pd.DataFrame, pairs: list[dict]) -> Analysis:
+    return analyse_paired(pairs)
 
 
-def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None) -> list[Analysis]:
+#: every per-machine analysis in the report's order, and what else it reads: None (the table only),
+#: "profiles" (the profile table) or "pairs" (the paired-ratio records)
+ANALYSES = [(analyse_sequence_length, "profiles"), (analyse_generation, None), (analyse_depth, None),
+            (analyse_threads, None), (analyse_roofline, None), (analyse_heads, "profiles"), (_pairs_only, "pairs"),
+            (analyse_parallel, None), (_computed, None), (analyse_table1, None), (_profiles_only, "profiles")]
+
+
+def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None,
+            pairs: list[dict] | None = None) -> list[Analysis]:
     """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison.
-    ``profiles`` is ``reports.analyses.profiling.table`` of that machine's profile records (empty: none)."""
+    ``profiles`` is ``reports.analyses.profiling.table`` of that machine's profile records (empty: none);
+    ``pairs`` its paired-ratio records (``reports.tidy.load_pairs``)."""
     machines = list(dict.fromkeys(t.machine.dropna()))
     if machine is not None and machine not in machines:
         raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
     one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
-    profiles = pd.DataFrame() if profiles is None else profiles
-    out = [f(one, profiles) if with_profiles else f(one) for f, with_profiles in ANALYSES]
+    inputs = {"profiles": pd.DataFrame() if profiles is None else profiles, "pairs": pairs or []}
+    out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
     return out + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]

@@ -1,0 +1,87 @@
+"""C1 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks in one process.
+
+A ratio of two separate timings moves with the machine's speed between them; ``benchmarks.pairs`` times
+the Transformer and the RNN (and 1 against 64 heads) in the same moments, with a 95% interval over rounds
+and fresh processes. This analysis reads its records (``pairs-<device>.json`` in the run folder).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from transformer import PRESETS
+
+from .base import Analysis, fmt_ratio
+
+MISSING = ("No paired ratios in this run: the main job times them after the grid (`--pairs-budget`), or run "
+           "`python -m benchmarks.pairs --out RUN_FOLDER`.")
+
+
+def d_model(preset: str) -> int:
+    """A preset's width (0 for one this version does not know), to order model sizes."""
+    config = PRESETS.get(preset)
+    return getattr(config, "d_model", 0) if config is not None else 0
+
+
+def _case(params: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in params.items() if k not in ("device", "out_proj"))
+
+
+def table(records: list[dict]) -> pd.DataFrame:
+    """One row per measured pair: kind, device, case, the ratio b/a with its interval, rounds, both times."""
+    rows = [{"kind": p["kind"], "device": r.get("device", "cpu"), "case": _case(p["params"]), "ratio": p["ratio"],
+             "low": p["low"], "high": p["high"], "rounds": p["rounds"], "a_s": p["a_s"], "b_s": p["b_s"],
+             "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
+             "strategy": p["params"].get("strategy")}
+            for r in records for p in r["pairs"] if p.get("status") == "ok"]
+    return pd.DataFrame(rows)
+
+
+def _c1_phrase(row) -> str:
+    where = f"{row.preset} n = {int(row.seq_len)}"
+    ratio = f"{fmt_ratio(row.ratio)}, {row.low:.2f}-{row.high:.2f}"
+    if row.low <= 1 <= row.high:
+        return f"{where}: parity ({ratio})"
+    return f"{where}: the {'Transformer' if row.ratio > 1 else 'RNN'} faster ({ratio})"
+
+
+def analyse_paired(records: list[dict]) -> Analysis:
+    """C1 (Transformer against RNN per size and length) and C3 (64 heads against 1) from paired ratios."""
+    a = Analysis("paired", "The verdicts' ratios, timed paired in the same moments", "C1/C3", "")
+    t = table(records)
+    if t.empty:
+        return a.without("no paired ratios", MISSING)
+    shown = t.drop(columns=["preset", "seq_len", "strategy"]).set_index(["kind", "device", "case"])
+    a.tables["paired_ratios"] = shown
+    a.units["paired_ratios"] = ("b/a with its 95% interval (low-high), rounds, and each side's median time (s); "
+                                "c1: RNN time / Transformer time (above 1: the Transformer is faster); heads: "
+                                "time with 64 heads / with 1 head, at equal FLOPs")
+    parts, answer = [], []
+    c1 = t[t.kind == "c1"]
+    if not c1.empty:
+        parts.append("C1, teacher-forced forward, RNN time over Transformer time: "
+                     + "; ".join(_c1_phrase(r) for r in c1.itertuples()))
+        size = c1.preset.map(lambda p: d_model(p))
+        lead = c1.assign(size=size).sort_values(["size", "seq_len"]).iloc[-1]  # the largest size's longest n
+        answer.append(f"RNN/Transformer time {fmt_ratio(lead.ratio)} ({lead.low:.2f}-{lead.high:.2f}) at "
+                      f"{lead.preset} n = {int(lead.seq_len)}")
+        for r in c1.itertuples():
+            a.numbers[f"c1_{r.preset}_n{int(r.seq_len)}_{r.device}"] = r.ratio
+    heads = t[t.kind == "heads"]
+    if not heads.empty:
+        parts.append("C3, 64 heads of d_model/64 against 1 head of d_model at equal FLOPs: "
+                     + "; ".join(f"{r.strategy} {fmt_ratio(r.ratio)} ({r.low:.2f}-{r.high:.2f})"
+                                 for r in heads.itertuples()))
+        lo, hi = heads.ratio.min(), heads.ratio.max()
+        answer.append(f"64 heads cost {fmt_ratio(lo)}-{fmt_ratio(hi)} one head")
+        for r in heads.itertuples():
+            a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
+    a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
+                                    f"{int(t.rounds.max())} rounds; its interval holds the process-to-process "
+                                    "and moment-to-moment spread.")
+    a.answer = "Paired: " + "; ".join(answer) + "."
+    devices = sorted(t.device.unique())
+    threads = sorted({r.get("threads") for r in records if r.get("threads")})
+    a.conditions = (f"{'/'.join(devices)}, {'/'.join(map(str, threads))} threads, float32, "
+                    f"grid {'/'.join(sorted({r.get('grid', '?') for r in records}))}")
+    return a
