@@ -170,17 +170,53 @@ def speed_summary(comparisons: list[dict]) -> str:
     return ". ".join(parts) + "."
 
 
+def _by_injected(by_head: dict) -> list[tuple[str, list[dict]]]:
+    """The control first, then the injected slowdowns from the smallest (a record's keys are sorted as text)."""
+    return sorted(by_head.items(), key=lambda kv: -1.0 if kv[0] == "control" else float(kv[0].rstrip("%")))
+
+
+def _methods(record: dict) -> list[tuple[str, dict]]:
+    """The gate first, then asv's settings."""
+    return sorted(record["results"].items(), key=lambda kv: (not kv[0].startswith("python -m benchmarks.gate"), kv[0]))
+
+
+def _flag_range(trials: list[dict]) -> str:
+    rates = [t["slower"] / t["cases"] for t in trials]
+    low, high = min(rates), max(rates)
+    return f"{low:.0%}" if low == high else f"{low:.0%}-{high:.0%}"
+
+
+def _sensitivity_summary(record: dict, name: str, link: str) -> list[str]:
+    """One paragraph: per method, the share of cases flagged at each injected slowdown (range over trials),
+    false alarms on the control, and the longest comparison."""
+    parts = []
+    for method, by_head in _methods(record):
+        seen = ", ".join(f"{injected} {_flag_range(trials)}" for injected, trials in _by_injected(by_head)
+                         if injected != "control")
+        control = by_head.get("control", [])
+        alarms = sum(t["slower"] for t in control)
+        longest = max(t["seconds"] for trials in by_head.values() for t in trials)
+        parts.append(f"`{method}` flagged {seen} of the cases (range over trials) and raised {alarms} false "
+                     f"alarm{'s' if alarms != 1 else ''} over {len(control)} no-change trials, at most "
+                     f"{longest:.0f} s a comparison")
+    return [f"Measured on {_machine(record['machine'])} ({record['generated'][:10]}, [`{name}`]({link}), "
+            f"{record['trials']} trials of slowdowns injected into equation (1)'s 8 CPU forward cases): "
+            + "; ".join(parts) + "."]
+
+
 def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    if only == ["summary"]:
+        return _sensitivity_summary(record, name, link)
     lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
              f"{record['generated']}; {_machine(record['machine'])}; `scripts/gate_sensitivity.py`"
              + ("" if record.get("done", True) else ", stopped before its last trial") + "): equation (1)'s CPU "
              f"forward cases against a throw-away clone's HEAD, {record['trials']} trials, each slowdown injected "
              f"by spinning for that share of each call's own time; the gate's budget {record['budget_s']:g} s:",
-             "", "| method | injected | cases flagged slower, per trial | median ratio head/base | seconds, per trial"
-             " |",
+             "", "| method | injected | cases flagged slower, per trial | median ratio head/base (asv: of the rows it "
+             "printed) | seconds, per trial |",
              "|---|---|---|---|---|"]
-    for method, by_head in record["results"].items():
-        for injected, trials in by_head.items():
+    for method, by_head in _methods(record):
+        for injected, trials in _by_injected(by_head):
             flagged = ", ".join(f"{t['slower']} of {t['cases']}" for t in trials)
             ratios = [r for t in trials for r in t["ratios"]]
             lines.append(f"| `{method}` | {'none (a comment)' if injected == 'control' else injected} | {flagged} | "
