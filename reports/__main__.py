@@ -68,7 +68,11 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
     folders = [p for p in tidy.unique_paths(paths) if os.path.normpath(p) == lead_run]
     # a relative link keeps working when the report and .asv/html move together
     try:
+        sensitivity = measured.latest_sensitivity()
+        gate = None if sensitivity is None else (f"{sensitivity[0]}: {measured.sensitivity_caption(sensitivity[1])}",
+                                                 measured.sensitivity_table(sensitivity[1]))
         index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
+                           gate=gate,
                            profiles=tidy.load_profiles(folders, lead), pairs=tidy.load_pairs(folders, lead),
                            inputs=tidy.unique_paths(paths), extra=extra)
     except OSError as error:  # a full disk, say: html.build leaves the old report whole and nothing partial

@@ -15,9 +15,12 @@ rendering, so the docs cannot drift from what a run printed.
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import os
 import re
 import statistics
+
+import pandas as pd
 
 from benchmarks.core import machine
 from benchmarks.core.records import read_json, write_json_atomic
@@ -204,25 +207,55 @@ def _sensitivity_summary(record: dict, name: str, link: str) -> list[str]:
             + "; ".join(parts) + "."]
 
 
+def sensitivity_table(record: dict) -> pd.DataFrame:
+    """A gate-sensitivity record as a table: per method and injected slowdown, the cases flagged slower in each
+    trial, the median ratio head/base (asv: of the rows it printed) and each trial's seconds."""
+    rows = []
+    for method, by_head in _methods(record):
+        for injected, trials in _by_injected(by_head):
+            ratios = [r for t in trials for r in t["ratios"]]
+            rows.append({"method": method, "injected": "none (a comment)" if injected == "control" else injected,
+                         "cases flagged slower, per trial": ", ".join(f"{t['slower']} of {t['cases']}" for t in trials),
+                         "median ratio head/base (asv: of the rows it printed)":
+                             f"{statistics.median(ratios):.3f}" if ratios else "-",
+                         "seconds, per trial": ", ".join(f"{t['seconds']:.0f}" for t in trials)})
+    return pd.DataFrame(rows)
+
+
+def sensitivity_caption(record: dict) -> str:
+    return (f"{_machine(record['machine'])}, {record['generated'][:16]}, commit {(record['commit'] or 'unknown')[:8]}"
+            + ("" if record.get("done", True) else ", stopped before its last trial") + f": {record['trials']} "
+            "trials of slowdowns injected into equation (1) (a spin for that share of each call's own time) and a "
+            f"no-change control, on its CPU forward cases; the gate's budget {record['budget_s']:g} s")
+
+
+#: where the report looks for the latest gate-sensitivity record: this machine's, and the docs' saved ones
+SENSITIVITY_RECORDS = (os.path.join("results", "gate", "sensitivity.json"),
+                       os.path.join("docs", "measured", "*gate-sensitivity*.json"))
+
+
+def latest_sensitivity(patterns=SENSITIVITY_RECORDS) -> tuple[str, dict] | None:
+    """The newest readable gate-sensitivity record among ``patterns`` (by when it was generated): (path, record)."""
+    found = []
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                record = read_json(path)
+            except (OSError, ValueError):
+                continue
+            if record.get("kind") == "gate-sensitivity" and isinstance(record.get("results"), dict):
+                found.append((record.get("generated", ""), path, record))
+    return max(found, key=lambda f: f[0])[1:] if found else None
+
+
 def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     if only == ["summary"]:
         return _sensitivity_summary(record, name, link)
-    lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
-             f"{record['generated']}; {_machine(record['machine'])}; `scripts/gate_sensitivity.py`"
-             + ("" if record.get("done", True) else ", stopped before its last trial") + "): equation (1)'s CPU "
-             f"forward cases against a throw-away clone's HEAD, {record['trials']} trials, each slowdown injected "
-             f"by spinning for that share of each call's own time; the gate's budget {record['budget_s']:g} s:",
-             "", "| method | injected | cases flagged slower, per trial | median ratio head/base (asv: of the rows it "
-             "printed) | seconds, per trial |",
-             "|---|---|---|---|---|"]
-    for method, by_head in _methods(record):
-        for injected, trials in _by_injected(by_head):
-            flagged = ", ".join(f"{t['slower']} of {t['cases']}" for t in trials)
-            ratios = [r for t in trials for r in t["ratios"]]
-            lines.append(f"| `{method}` | {'none (a comment)' if injected == 'control' else injected} | {flagged} | "
-                         + (f"{statistics.median(ratios):.3f}" if ratios else "-") + " | "
-                         + ", ".join(f"{t['seconds']:.0f}" for t in trials) + " |")
-    return lines
+    table = sensitivity_table(record)
+    table["method"] = "`" + table["method"] + "`"
+    return [f"From the saved run [`{name}`]({link}) (`scripts/gate_sensitivity.py`; {sensitivity_caption(record)}):",
+            "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns),
+            *("| " + " | ".join(map(str, row)) + " |" for row in table.itertuples(index=False))]
 
 
 def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:

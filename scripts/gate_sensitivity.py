@@ -10,7 +10,7 @@ Each counts the CPU cases flagged slower: the detection rate (flagged / cases) f
 false-alarm rate for the control.
 
     .venv/bin/python scripts/gate_sensitivity.py [--slowdowns 0.05,0.1,0.2] [--trials 3] \
-        [--asv "--factor 1.05 --interleave-rounds -a rounds=4"] [--record docs/measured/<name>.json]
+        [--asv "--factor 1.05 --interleave-rounds -a rounds=4"] [--record results/gate/sensitivity.json]
 
 Needs a clean commit to clone: run it after committing. ``python -m reports measured <record>`` renders it.
 """
@@ -110,7 +110,9 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=165.0, help="the gate's budget per comparison (s)")
     parser.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
                         f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
-    parser.add_argument("--record", help="save the table as a JSON record here (for the docs)")
+    parser.add_argument("--record", default=os.path.join("results", "gate", "sensitivity.json"),
+                        help="save the table as a JSON record here (default results/gate/sensitivity.json, which the "
+                        "report shows; docs/measured/<name>.json for the docs)")
     args = parser.parse_args()
     slowdowns = [float(x) for x in args.slowdowns.split(",")]
     settings = [] if args.asv == ["none"] else args.asv or ASV_SETTINGS

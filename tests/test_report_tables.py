@@ -55,3 +55,43 @@ def test_an_agreement_names_the_rounds_each_run_was_timed_in(tmp_path, fake_peak
     assert f"`{os.path.normpath(b)}` against `{os.path.normpath(a)}` (timed in 1 and 2 rounds)," in measured.markdown(
         record, "r.json", ["agreement"])
     assert ", 2 rounds)" in measured.markdown(record, "r.json")  # the analysed run, in the block's first line
+
+
+def sensitivity_record(generated: str, slower: int) -> dict:
+    trial = {"exit": 0, "cases": 8, "slower": slower, "ratios": [1.0] * 8, "seconds": 150.0}
+    return {"kind": "gate-sensitivity", "generated": generated, "commit": "abcdef12", "trials": 1, "budget_s": 165.0,
+            "machine": {"cpu_model": "CPU", "cpu_count": 2, "torch": "2.13.0"}, "done": True,
+            "results": {"python -m benchmarks.gate": {"control": [trial], "10%": [{**trial, "slower": 8}]},
+                        "asv continuous --factor 1.05": {"control": [trial], "10%": [{**trial, "slower": 3}]}}}
+
+
+def test_the_newest_sensitivity_record_is_the_one_shown(tmp_path):
+    from benchmarks.core.records import write_json_atomic
+    from reports import measured
+
+    write_json_atomic(str(tmp_path / "a.json"), sensitivity_record("2026-12-01T10:00:00", 0))
+    write_json_atomic(str(tmp_path / "b.json"), sensitivity_record("2026-12-05T10:00:00", 1))
+    (tmp_path / "c.json").write_text("{not json")
+    path, record = measured.latest_sensitivity([str(tmp_path / "*.json")])
+    assert path.endswith("b.json") and record["generated"].startswith("2026-12-05")
+    table = measured.sensitivity_table(record)
+    assert list(table["method"]) == ["python -m benchmarks.gate"] * 2 + ["asv continuous --factor 1.05"] * 2
+    assert list(table["injected"])[:2] == ["none (a comment)", "10%"]
+    assert measured.latest_sensitivity([str(tmp_path / "none-*.json")]) is None
+
+
+@pytest.mark.slow
+def test_the_report_shows_what_a_regression_check_sees_here(tmp_path, fake_peaks, monkeypatch):
+    from benchmarks.core.records import write_json_atomic
+
+    run = measure(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    assert reports_main(["build", run, "--report", str(tmp_path / "r1")]) == 0
+    first = (tmp_path / "r1" / "index.html").read_text()
+    assert "Not measured here: <code>python scripts/gate_sensitivity.py</code>" in first
+    saved = tmp_path / "results" / "gate" / "sensitivity.json"
+    write_json_atomic(str(saved), sensitivity_record("2026-12-05T10:00", 0))
+    assert reports_main(["build", run, "--report", str(tmp_path / "r2")]) == 0
+    page = (tmp_path / "r2" / "index.html").read_text()
+    assert "What a regression check sees on this machine" in page and "results/gate/sensitivity.json" in page
+    assert "asv continuous --factor 1.05" in page and "8 of 8" in page and "3 of 8" in page
