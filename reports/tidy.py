@@ -295,19 +295,25 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
-    """The paired-ratio records (``benchmarks.pairs``: ``pairs-<device>.json``) in runner folders among
-    ``paths``, of ``machine`` (every machine when None), each with ``root`` and ``machine``; a record that
-    cannot be read or is not right is named on stderr and left out."""
-    out = []
+def _runner_folders(paths: Iterable[str], machine: str | None) -> Iterable[tuple[str, str]]:
+    """(folder, machine name) of each runner folder among ``paths`` (those with a machine.json), of
+    ``machine`` (every machine when None)."""
     for path in paths:
         meta = os.path.join(path, "machine.json")
         if not os.path.exists(meta):
             continue
         saved = read_json(meta)
         name = saved.get("name") or saved["machine"]["hostname"]
-        if machine is not None and name != machine:
-            continue
+        if machine is None or name == machine:
+            yield path, name
+
+
+def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
+    """The paired-ratio records (``benchmarks.pairs``: ``pairs-<device>.json``) in runner folders among
+    ``paths``, of ``machine`` (every machine when None), each with ``root`` and ``machine``; a record that
+    cannot be read or is not right is named on stderr and left out."""
+    out = []
+    for path, name in _runner_folders(paths, machine):
         for file in sorted(glob.glob(os.path.join(path, "pairs-*.json"))):
             try:
                 record = read_json(file)
@@ -325,13 +331,5 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     """The profile records (``benchmarks.profile``) in runner folders among ``paths``, of ``machine`` (every
     machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
-    out = []
-    for path in paths:
-        meta = os.path.join(path, "machine.json")
-        if not os.path.exists(meta):
-            continue
-        saved = read_json(meta)
-        name = saved.get("name") or saved["machine"]["hostname"]
-        if machine is None or name == machine:
-            out.extend({**r, "root": path, "machine": name} for r in profiler.load(path))
-    return out
+    return [{**r, "root": path, "machine": name} for path, name in _runner_folders(paths, machine)
+            for r in profiler.load(path)]

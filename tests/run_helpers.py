@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from benchmarks import profile
 from benchmarks import runner as runner_cli
@@ -45,3 +48,34 @@ def in_process(capsys, *args, module="reports"):
     except SystemExit as exit:  # argparse's errors
         code = exit.code
     return code, capsys.readouterr().err
+
+
+def copy_project(project) -> None:
+    """The files git tracks or would track (not ignored) of this checkout, copied into ``project``; skips the
+    test when this is not a git checkout."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    for name in listed.stdout.splitlines():
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(project / os.path.dirname(name), exist_ok=True)
+            shutil.copyfile(os.path.join(ROOT, name), project / name)
+
+
+#: Debian's chromium, how the browser tests start it (no background connections on a closed network), and
+#: where they keep screenshots
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                  "--disable-component-update", "--disable-sync"]
+ARTIFACTS = os.environ.get("ATTENTION_BENCH_ARTIFACTS", os.path.join(ROOT, "artifacts"))
+
+
+def chromium_page(playwright, errors: list):
+    """(browser, page) in headless Chromium, 1200 x 900; console errors, page errors and failed requests are
+    appended to ``errors``."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("requestfailed", lambda r: errors.append(f"failed to load {r.url}"))
+    return browser, page

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
-from run_helpers import ROOT
+from run_helpers import copy_project
 
 from benchmarks.core import machine
 from reports import tidy
@@ -28,13 +27,7 @@ def test_asv_metadata_path_in_asvs_own_virtualenvs(monkeypatch, tmp_path):
 def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_reads(tmp_path):
     """A real ``asv run -E existing`` (which sets no ASV_* variables) in a copy of this project."""
     project, home = tmp_path / "project", tmp_path / "home"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
-    if listed.returncode:
-        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
-    for name in listed.stdout.splitlines():
-        if os.path.isfile(os.path.join(ROOT, name)):
-            os.makedirs(project / os.path.dirname(name), exist_ok=True)
-            shutil.copyfile(os.path.join(ROOT, name), project / name)
+    copy_project(project)
     git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "copy"], ["branch", "-M", "main"]):
         subprocess.run(git + cmd, cwd=project, check=True, capture_output=True)

@@ -12,34 +12,19 @@ import glob
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 
 import pytest
-from run_helpers import ROOT
+from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, copy_project
 
 from reports import history
 
 pytestmark = pytest.mark.slow  # two asv runs, asv publish and Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync"]
 REQUIRED = os.environ.get("ATTENTION_BENCH_REQUIRE_BROWSER") == "1"
 BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
-ARTIFACTS = os.environ.get("ATTENTION_BENCH_ARTIFACTS", os.path.join(os.path.dirname(__file__), "..", "artifacts"))
-
-
-def _copy_project(project) -> None:
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
-    if listed.returncode:
-        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
-    for name in listed.stdout.splitlines():
-        if os.path.isfile(os.path.join(ROOT, name)):
-            os.makedirs(project / os.path.dirname(name), exist_ok=True)
-            shutil.copyfile(os.path.join(ROOT, name), project / name)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +36,7 @@ def site(tmp_path_factory):
         pytest.skip("no npm packages for the history site (bash scripts/setup.sh --history)")
     tmp = tmp_path_factory.mktemp("history")
     project, home = tmp / "project", tmp / "home"
-    _copy_project(project)
+    copy_project(project)
     os.symlink(history.MODULES, project / "reports" / "history_js" / "node_modules")  # as setup.sh --history
     git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
     env = {k: v for k, v in {**os.environ, "HOME": str(home), "ATTENTION_BENCH_GRID": "quick"}.items()
@@ -107,11 +92,7 @@ def test_the_site_draws_a_graph_offline_in_headless_chromium(site):
     errors, remote = [], []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("requestfailed", lambda r: errors.append(f"failed to load {r.url}"))
+            browser, page = chromium_page(p, errors)
             page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
                        else (remote.append(route.request.url), route.abort()))
             page.goto(base + "index.html#" + BENCHMARK, wait_until="networkidle")

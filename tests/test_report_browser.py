@@ -12,9 +12,9 @@ fails instead of skipping."""
 import json
 import os
 import re
-import shutil
 
 import pytest
+from run_helpers import ARTIFACTS, CHROMIUM, chromium_page
 
 from benchmarks.core import machine, profiler, runner
 from reports import html, tidy
@@ -22,10 +22,6 @@ from reports.claims import CLAIMS
 
 pytestmark = pytest.mark.slow  # a runner sweep, a report and Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync"]
-ARTIFACTS = os.environ.get("ATTENTION_BENCH_ARTIFACTS", os.path.join(os.path.dirname(__file__), "..", "artifacts"))
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +77,7 @@ def test_report_loads_in_headless_chromium(report):
     assert CHROMIUM, "ATTENTION_BENCH_REQUIRE_BROWSER=1 but chromium is not installed"
     errors = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("requestfailed", lambda r: errors.append(f"failed to load {r.url}"))
+        browser, page = chromium_page(p, errors)
         page.goto("file://" + os.path.abspath(report), wait_until="load")
         images = page.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && "
                                "i.naturalWidth > 0])")
