@@ -9,6 +9,7 @@ and decomposition (what runs, forward and backward), and for each one notes:
   operations"). It is measured on the executed graph, not derived from the code or a formula.
 - whether it is a **launch**: an operator that computes. View operators (``transpose``, ``view``,
   ``chunk``, ...) alias their input and launch nothing: they add no depth and are not counted.
+- the **bytes** of the tensors it read and wrote (what a memory-bound operator costs: ``perfmodel``);
 - its **matmul FLOPs**, from torch.utils.flop_counter's own formulas (the ones FlopCounterMode uses;
   see ``transformer.flops.count``), and the ``record_function`` labels around it, so that FLOPs can be
   summed per model component.
@@ -40,12 +41,14 @@ _FREE = {"aten.detach.default", "aten.lift_fresh.default", "aten._unsafe_view.de
 
 @dataclass
 class Op:
-    """One executed operator: its name, the labels around it (outermost first), depth and matmul FLOPs."""
+    """One executed operator: its name, the labels around it (outermost first), depth, matmul FLOPs and the
+    bytes of the tensors it read and wrote (each input and output once, as its shape has them)."""
 
     name: str
     labels: tuple[str, ...]
     depth: int
     flops: int
+    bytes: int = 0
 
 
 @dataclass
@@ -131,7 +134,8 @@ class _Recorder(TorchDispatchMode):
         formula, flops = self.formulas[func], 0
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
-        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops))
+        moved = sum(t.numel() * t.element_size() for t in flat_in + written if t.device.type != "meta")
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved))
         return out
 
 
