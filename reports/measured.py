@@ -194,12 +194,12 @@ def _sensitivity_summary(record: dict, name: str, link: str) -> list[str]:
     false alarms on the control, and the longest comparison."""
     parts = []
     for method, by_head in _methods(record):
-        seen = ", ".join(f"{injected} {_flag_range(trials)}" for injected, trials in _by_injected(by_head)
+        seen = ", ".join(f"{_flag_range(trials)} at {injected}" for injected, trials in _by_injected(by_head)
                          if injected != "control")
         control = by_head.get("control", [])
         alarms = sum(t["slower"] for t in control)
         longest = max(t["seconds"] for trials in by_head.values() for t in trials)
-        parts.append(f"`{method}` flagged {seen} of the cases (range over trials) and raised {alarms} false "
+        parts.append(f"`{method}` flagged {seen} of the cases (the range over trials) and raised {alarms} false "
                      f"alarm{'s' if alarms != 1 else ''} over {len(control)} no-change trials, at most "
                      f"{longest:.0f} s a comparison")
     return [f"Measured on {_machine(record['machine'])} ({record['generated'][:10]}, [`{name}`]({link}), "
