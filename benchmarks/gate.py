@@ -29,7 +29,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import SESSION_ROUNDS, VERDICTS, MirroredRounds, Side, Worker, WorkerDied
+from .core.paired import SESSION_ROUNDS, VERDICTS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import case_key, write_json_atomic
 from .core.runner import plan
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                                "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-                               "threads": torch.get_num_threads(),
+                               "threads": torch.get_num_threads(), "worker_env": WORKER_ENV,
                                "cases": rows})
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)
     return 1 if slower else 0

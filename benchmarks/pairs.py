@@ -32,7 +32,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
+from .core.paired import SESSION_ROUNDS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import case_key, commit, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,7 +138,7 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
              "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
              "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "pairs": rows}
+             "threads": torch.get_num_threads(), "worker_env": WORKER_ENV, "pairs": rows}
     write_json_atomic(record, saved)
     return saved
 

@@ -278,8 +278,10 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
 def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     lines = [f"From the saved run [`{name}`]({link}) ({record['date'][:16]}, commit "
              f"{(record.get('commit') or 'unknown')[:8]}; {_machine(record['machine'])}, {record['threads']} threads; "
-             f"`python -m benchmarks.pairs`): both cases of each ratio timed in mirrored blocks in one process, "
-             f"{record['rounds']} rounds over fresh processes every few rounds, {record['elapsed_s']:.0f} s:",
+             f"`python -m benchmarks.pairs`): both cases of each ratio timed in mirrored blocks in one process"
+             + (f" (run with {', '.join(f'{k}={v}' for k, v in sorted(record['worker_env'].items()))})"
+                if record.get("worker_env") else "")
+             + f", {record['rounds']} rounds over fresh processes every few rounds, {record['elapsed_s']:.0f} s:",
              "", "| ratio | case | a | b | b/a | 95% interval | rounds |", "|---|---|---|---|---|---|---|"]
     for p in record["pairs"]:
         case = ", ".join(f"{k} {v}" for k, v in p["params"].items() if k != "device")

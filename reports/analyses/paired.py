@@ -82,6 +82,8 @@ def analyse_paired(records: list[dict]) -> Analysis:
     a.answer = "Paired: " + "; ".join(answer) + "."
     devices = sorted(t.device.unique())
     threads = sorted({r.get("threads") for r in records if r.get("threads")})
+    env = {k: v for r in records for k, v in (r.get("worker_env") or {}).items()}
     a.conditions = (f"{'/'.join(devices)}, {'/'.join(map(str, threads))} threads, float32, "
-                    f"grid {'/'.join(sorted({r.get('grid', '?') for r in records}))}")
+                    f"grid {'/'.join(sorted({r.get('grid', '?') for r in records}))}"
+                    + (f"; workers run with {', '.join(f'{k}={v}' for k, v in sorted(env.items()))}" if env else ""))
     return a
