@@ -32,7 +32,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import SESSION_ROUNDS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
+from .core.paired import FIXED_ALLOCATOR, SESSION_ROUNDS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import case_key, commit, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,12 +71,12 @@ def key(case: tuple[str, dict, str]) -> str:
     return case_key(area, method, params)
 
 
-def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool):
+def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None):
     """Measure every pair of ``kinds``: (rows, rounds, seconds)."""
     listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
     todo = list({key(c): c for _, pair in listed for c in pair}.values())
     index = {key(c): i for i, c in enumerate(todo)}
-    worker = Worker("cases", ROOT, ROOT)
+    worker = Worker("cases", ROOT, ROOT, env or {})
     rounds_of = MirroredRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
                                                 for _, (pa, pb) in listed], BLOCK_S)
 
@@ -128,17 +128,19 @@ def show(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True) -> dict:
-    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``."""
+def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True,
+            env: dict | None = None) -> dict:
+    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``; ``env``:
+    more environment for the worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs with)."""
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
-    rows, rounds, seconds = run(kinds, grid, device, budget, progress)
+    rows, rounds, seconds = run(kinds, grid, device, budget, progress, env)
     facts = machine.metadata()
     saved = {"kind": "pairs", "grid": grid, "device": device, "rounds": rounds, "elapsed_s": seconds,
              "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
              "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "worker_env": WORKER_ENV, "pairs": rows}
+             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": rows}
     write_json_atomic(record, saved)
     return saved
 
@@ -153,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                         "where the report reads it")
     parser.add_argument("--record", help="where to save the ratios (default: in --out, else results/pairs/"
                         "<host>-<grid>-<device>.json)")
+    parser.add_argument("--fixed-allocator", action="store_true",
+                        help="run the worker with glibc's allocator fixed, as the gate does (no page faults on "
+                        "large tensors), instead of the default allocator the grid runs with")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     record = args.record or (os.path.join(args.out, RECORD.format(device=args.device)) if args.out else os.path.join(
@@ -168,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
-        saved = measure(kinds, args.grid, args.device, args.budget, record, not args.no_progress)
+        saved = measure(kinds, args.grid, args.device, args.budget, record, not args.no_progress,
+                        FIXED_ALLOCATOR if args.fixed_allocator else None)
     except WorkerDied as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import sys
 import time
 
 import pandas as pd
+import torch
 
 from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler
@@ -107,7 +108,7 @@ def measure(args) -> int:
             profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
         if args.pairs_budget:
-            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo})
+            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & _local_devices())
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
     finally:
@@ -116,6 +117,10 @@ def measure(args) -> int:
     print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
     print(os.path.abspath(index))
     return 0
+
+
+def _local_devices() -> set[str]:
+    return {"cpu"} | ({"cuda"} if torch.cuda.is_available() else set())
 
 
 def _time_pairs(args, out: str, devices: set[str]) -> None:

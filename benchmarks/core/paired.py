@@ -11,8 +11,8 @@ unchanged case read 1.3-1.6x slower), and what one process happens to get (its m
 cores: a few per cent, persistent for the process) and glibc's allocator: a case whose intermediates are
 megabytes (the math backend's n x n scores) gets them from fresh pages or from memory already mapped
 depending on where its tensors happen to lie, so one process timed the same case at 14 ms and another at
-28 ms (2x, per instance, page faults); the workers fix that policy (every allocation from the heap, none
-given back: ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), which made both modes one. So the
+28 ms (2x, per instance, page faults); the gate's workers fix that policy (``FIXED_ALLOCATOR``: every
+allocation from the heap, none given back), which made both modes one. So the
 workers are started afresh every SESSION_ROUNDS rounds, and a case's interval is bootstrapped over
 sessions, then rounds within them: a process pair's own offset widens the interval instead of passing for
 a change. Each case's ratio is the trimmed mean of its rounds' log ratios; ``verdict`` turns it into
@@ -43,7 +43,11 @@ RESAMPLES, CONFIDENCE = 4000, 0.95
 WORKER_TIMEOUT_S = 600.0
 #: rounds per pair of worker processes, and the environment the workers run in
 SESSION_ROUNDS = 6
-WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: glibc's allocator fixed: every allocation from the heap, none given back (the gate's workers; see above).
+#: Not for a verdict's ratio: the grid times its cases with the default allocator, whose page faults on
+#: large tensors are part of their cost (64 heads' 134 MB of scores: half of their time on the VM)
+FIXED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
 VERDICTS = ("slower", "faster", "unchanged", "inconclusive")
 
 
@@ -126,11 +130,13 @@ class WorkerDied(RuntimeError):
 @dataclass
 class Worker:
     """One version's worker process: ``label`` (base or head), ``models`` the folder of its ``transformer``
-    package, ``suite`` the folder whose ``benchmarks`` package defines the cases (the same for both)."""
+    package, ``suite`` the folder whose ``benchmarks`` package defines the cases (the same for both), ``env``
+    what it runs with beyond WORKER_ENV."""
 
     label: str
     models: str
     suite: str
+    env: dict = field(default_factory=dict)  # more environment, beyond WORKER_ENV
     proc: subprocess.Popen | None = None
     log: object = None
     _root: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
@@ -144,7 +150,7 @@ class Worker:
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired_worker.py")
         self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
-                                     env={**os.environ, **WORKER_ENV})
+                                     env={**os.environ, **WORKER_ENV, **self.env})
         return self.ask({"cases": [[a, p, m] for a, p, m in todo]})["errors"]
 
     def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
