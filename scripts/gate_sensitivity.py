@@ -110,6 +110,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=165.0, help="the gate's budget per comparison (s)")
     parser.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
                         f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
+    parser.add_argument("--no-gate", action="store_true", help="measure asv's settings only")
     parser.add_argument("--record", default=os.path.join("results", "gate", "sensitivity.json"),
                         help="save the table as a JSON record here (default results/gate/sensitivity.json, which the "
                         "report shows; docs/measured/<name>.json for the docs)")
@@ -119,7 +120,8 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="gate-sensitivity-")
     repo = os.path.join(work, "repo")
     start = time.time()
-    results: dict[str, dict[str, list[dict]]] = {GATE: {}, **{f"asv continuous {s}": {} for s in settings}}
+    results: dict[str, dict[str, list[dict]]] = {**({} if args.no_gate else {GATE: {}}),
+                                                 **{f"asv continuous {s}": {} for s in settings}}
     try:
         sh("git", "clone", "-q", ROOT, repo, cwd=work)
         base = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
@@ -131,7 +133,8 @@ def main() -> int:
             sh(os.path.join(os.path.dirname(sys.executable), "asv"), "machine", "--yes", cwd=repo)
         for trial in range(args.trials):
             for name, head in heads.items():
-                runs = {GATE: lambda: gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))}
+                runs = {} if args.no_gate else {
+                    GATE: lambda: gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))}
                 for setting in settings:
                     runs[f"asv continuous {setting}"] = lambda s=setting: asv_continuous(repo, base, head, s)
                 for method, measure in runs.items():
