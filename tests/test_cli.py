@@ -10,7 +10,7 @@ import pytest
 from run_helpers import measure
 
 from benchmarks import cases
-from benchmarks.core import machine
+from benchmarks.core import machine, records
 from reports.__main__ import main
 
 
@@ -32,7 +32,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     again = str(tmp_path / "again")
     assert main(["build", run, "--report", again]) == 0
     page = open(os.path.join(again, "index.html")).read()
-    assert page.count("<section") == 18 and "trace.json.gz" in page
+    assert page.count("<section") == 19 and "trace.json.gz" in page
 
     assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
     table = pd.read_csv(tmp_path / "t.csv")
@@ -90,7 +90,13 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
             assert all(a["answer"] for a in record["analyses"] if a.get("has_data", True))
         elif "analyses" in record:
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
-    expected = {"report"} if page == measured.README else {"report", "regression-check", "compare-with-torch", "gate"}
+        elif record.get("kind") == "pairs":
+            assert records.pairs_problem(record) is None
+        elif record.get("kind") == "gate-sensitivity":  # every trial of every method counted within its cases
+            trials = [t for by_head in record["results"].values() for ts in by_head.values() for t in ts]
+            assert trials and all(0 <= t["slower"] <= t["cases"] for t in trials)
+    expected = {"report", "gate-sensitivity"} if page == measured.README else {
+        "report", "regression-check", "compare-with-torch", "gate-sensitivity", "pairs"}
     assert kinds == expected, kinds
 
 
