@@ -121,7 +121,7 @@ def main() -> int:
     repo = os.path.join(work, "repo")
     start = time.time()
     results: dict[str, dict[str, list[dict]]] = {**({} if args.no_gate else {GATE: {}}),
-                                                 **{f"asv continuous {s}": {} for s in settings}}
+                                                 **{f"asv continuous {s}".strip(): {} for s in settings}}
     try:
         sh("git", "clone", "-q", ROOT, repo, cwd=work)
         base = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
@@ -136,7 +136,7 @@ def main() -> int:
                 runs = {} if args.no_gate else {
                     GATE: lambda: gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))}
                 for setting in settings:
-                    runs[f"asv continuous {setting}"] = lambda s=setting: asv_continuous(repo, base, head, s)
+                    runs[f"asv continuous {setting}".strip()] = lambda s=setting: asv_continuous(repo, base, head, s)
                 for method, measure in runs.items():
                     got = measure()
                     results[method].setdefault(name, []).append(got)

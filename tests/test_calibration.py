@@ -64,11 +64,14 @@ def test_a_case_above_its_peak_raises_the_peak_and_is_flagged_everywhere(tmp_pat
 @pytest.mark.slow
 def test_a_calibration_made_under_load_publishes_no_fraction_of_peak_above_1_05(tmp_path, monkeypatch):
     real, spinners = machine.calibrate, []
-    spin = "import time\nstop = time.time() + 30\nwhile time.time() < stop: pass"
+    spin = "import time\nprint('spinning', flush=True)\nstop = time.time() + 30\nwhile time.time() < stop: pass"
 
     def loaded(threads=(), fresh=False):
         if not spinners:  # the first calibration: four processes per core spin meanwhile
-            spinners.extend(subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4 * (os.cpu_count() or 1)))
+            spinners.extend(subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+                            for _ in range(4 * (os.cpu_count() or 1)))
+            for s in spinners:  # every one of them spinning before the calibration starts
+                assert s.stdout.readline().strip() == "spinning"
             try:
                 return real(threads, fresh)
             finally:
