@@ -83,7 +83,7 @@ def offline(html_dir: str, modules: str = MODULES) -> list[str]:
 
 def html_dir(config: str = "asv.conf.json") -> str:
     """The ``html_dir`` of an asv configuration (asv's own reader: comments allowed, relative to it)."""
-    from asv import config as asv_config
+    from asv import config as asv_config  # optional: a GPU machine that only runs the runner has no asv
 
     if not os.path.isfile(config):
         raise FileNotFoundError(f"no asv configuration at {os.path.abspath(config)!r}: run this in the project's "
