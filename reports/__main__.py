@@ -9,12 +9,15 @@
     python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
     python -m reports measured F.json      a README block generated from a saved record (report.json, ...)
     python -m reports history              asv publish, with the site's libraries served locally (offline)
+    python -m reports predict SHEET        what another machine would do: a run's cases priced with a
+                                           datasheet (docs/machines/*.json) or a run's measured constants
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import time
 
@@ -24,7 +27,7 @@ import torch
 from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler
 
-from . import claims, history, html, measured, tidy
+from . import claims, history, html, measured, predict, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
@@ -206,6 +209,14 @@ def publish_history(args) -> int:
     return 0
 
 
+def print_prediction(args) -> int:
+    if not os.path.isdir(args.run):
+        raise FileNotFoundError(f"--run {args.run!r}: no such run folder; measure one first (python -m reports) "
+                                "or name one")
+    print(predict.main(args.sheet, args.run, args.csv, args.dtype))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--report", default=REPORT_DIR, help=f"report folder (default {REPORT_DIR})")
@@ -240,10 +251,17 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--out", required=True)
     h = sub.add_parser("history", help="asv publish, with the JavaScript its site loads served from the site")
     h.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
+    p = sub.add_parser("predict", help="a run's cases predicted on another machine (a datasheet or measured constants)")
+    p.add_argument("sheet", help="a datasheet (docs/machines/*.json) or a run folder / machine.json with constants")
+    p.add_argument("--run", default=os.path.join("results", "runs", f"{socket.gethostname()}-default"),
+                   help="the run whose cases are priced (default results/runs/<hostname>-default, the main job's)")
+    p.add_argument("--dtype", default="float32", help="the datasheet's peak for this dtype (default float32)")
+    p.add_argument("--csv", help="also write the table (every row labelled predicted) to this CSV")
     args = parser.parse_args(argv)
     try:
         return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,
-                "claims": print_claims, "measured": print_measured, "history": publish_history}[args.command](args)
+                "claims": print_claims, "measured": print_measured, "history": publish_history,
+                "predict": print_prediction}[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,11 @@ UNITS = {
     "time_best_round": "s", "others_cpu_share": "fraction",
     "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
 }
+#: the performance model's rows (``reports.tidy``: predicted from the run's constants, with a ``bound``)
+PREDICTED = {"predicted_time": "s", "predicted_compute": "s", "predicted_memory": "s", "predicted_overhead": "s",
+             "bytes_moved": "bytes"}
+#: the machine's constants, area "constants" (method: the kernel, the STREAM kernel or the dispatch kind)
+CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s", "overhead_s": "s"}
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
@@ -26,7 +31,7 @@ PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values()
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
-            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason"]
+            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason", "bound"]
            + PARAMS + MACHINE_FACTS)
 
 

@@ -93,7 +93,28 @@ def _shares(spec: Figure):
     return fig
 
 
-DRAW = {"lines": _lines, "bars": _bars, "shares": _shares}
+def _scatter(spec: Figure):
+    """Each row a point (``x``, ``y``), one marker per ``group``, on log-log axes; ``ideal`` "identity" draws
+    y = x; ``roof`` draws the roofline's two ceilings, min(peak, bandwidth x intensity)."""
+    fig, ax = plt.subplots(figsize=SIZE)
+    table = spec.table
+    for i, (group, g) in enumerate(table.groupby("group", sort=True)):
+        ax.scatter(g.x, g.y * spec.scale, s=18, marker="os^Dvx*P"[i % 8], label=str(group), alpha=0.8)
+    lo, hi = float(table.x.min()), float(table.x.max())
+    if spec.ideal == "identity":
+        low, high = (min(lo, table.y.min() * spec.scale), max(hi, table.y.max() * spec.scale))
+        ax.plot([low, high], [low, high], color="grey", linestyle=":", label="predicted = measured")
+    if spec.roof is not None:
+        peak, bandwidth = spec.roof
+        x = np.geomspace(min(lo, peak / bandwidth) / 2, max(hi, peak / bandwidth) * 2, 200)
+        ax.plot(x, np.minimum(peak, bandwidth * x) * spec.scale, color="black", linewidth=1.2,
+                label=f"ceilings: peak {peak / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s x intensity")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    return _finish(fig, ax, spec)
+
+
+DRAW = {"lines": _lines, "bars": _bars, "shares": _shares, "scatter": _scatter}
 
 
 def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:

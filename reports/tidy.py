@@ -24,14 +24,14 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from benchmarks.core import machine, profiler, records
+from benchmarks.core import machine, perfmodel, profiler, records
 from benchmarks.core.records import case_key, read_json
 from benchmarks.core.runner import BUSY_SHARE
 
 from .asv_table import asv_method_metric, from_asv
-from .columns import COLUMNS, GRAPH_METRICS, PARAMS, UNITS, facts, frame
+from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
 
-__all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "from_asv",
+__all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "counted", "from_asv",
            "from_runner", "load", "load_pairs", "load_profiles", "runs", "unique_paths"]
 
 
@@ -88,7 +88,63 @@ def from_runner(folder: str) -> pd.DataFrame:
     for rec in kept:
         key = _peak_key(rec)
         rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key)))
+    models = _constants(saved)
+    rows.extend(_constant_rows(saved, base))
+    for rec in kept:
+        rows.extend(_predicted_rows(rec, base, models.get(_constants_key(rec, saved))))
     return frame(rows + _normalised(kept, base))
+
+
+def counted(folder: str) -> tuple[dict, list[dict]]:
+    """A runner folder's ``machine.json`` and the case records the report counts (``_record_status``)."""
+    saved = read_json(os.path.join(folder, "machine.json"))
+    paths = sorted(glob.glob(os.path.join(folder, "cases", "*.json")))
+    return saved, [read_json(p) for p in paths if _record_status(p, saved.get("commit"))[0] is None]
+
+
+def _constants_key(rec: dict, saved: dict) -> str:
+    """The ``machine.peak_key`` of the constants that price a record: its device, dtype and threads, a CPU
+    record without a thread count at the run's default."""
+    device, dtype = rec["params"].get("device", "cpu"), rec["params"].get("dtype", "float32")
+    threads = rec.get("threads") or saved["machine"].get("torch_threads")
+    return f"{device}/{dtype}/{threads if device == 'cpu' else 'default'}"
+
+
+def _constants(saved: dict) -> dict[str, perfmodel.Constants]:
+    """machine.json's measured constants (``runner.machine_constants``) as the performance model's."""
+    return {key: perfmodel.Constants.measured(c) for key, c in (saved.get("constants") or {}).items()}
+
+
+def _constant_rows(saved: dict, base: dict) -> list[dict]:
+    """Area ``constants``: each kernel's best rate, the STREAM bandwidths and the dispatch overheads."""
+    rows = []
+    for key, c in (saved.get("constants") or {}).items():
+        device, dtype, threads = key.split("/")
+        at = {**base, "area": "constants", "status": "ok", "device": device, "dtype": dtype,
+              "threads": None if device == "cuda" else int(threads)}
+        values = [(kind, "kernel_best_flops_per_s", max(g["flops_per_s"])) for kind, g in c["kernels"].items()]
+        values += [("stream_copy", "bandwidth_bytes_per_s", c["copy_bytes_per_s"]),
+                   ("stream_triad", "bandwidth_bytes_per_s", c["triad_bytes_per_s"])]
+        values += [(kind, "overhead_s", seconds) for kind, seconds in c["overhead_s"].items()]
+        rows.extend({**at, "method": method, "metric": metric, "unit": CONSTANTS[metric], "value": value}
+                    for method, metric, value in values)
+    return rows
+
+
+def _predicted_rows(rec: dict, base: dict, constants: perfmodel.Constants | None) -> list[dict]:
+    """A timed record's prediction (``perfmodel.predict`` over the operators it executed, with the run's
+    constants at its device, dtype and threads): ``predicted_time`` and its three terms, each row with the
+    call's ``bound``, and the bytes its operators read and write (``bytes_moved``: the roofline's
+    intensity); none without the operators or the constants."""
+    if constants is None or rec["status"] != "ok" or "time_median_s" not in rec or not rec.get("ops"):
+        return []
+    p = perfmodel.predict([perfmodel.Priced(**op) for op in rec["ops"]], constants, rec.get("dispatches"))
+    common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": "ok",
+              "reason": None, "bound": p.bound, "threads": rec.get("threads"),
+              "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
+    values = {"predicted_time": p.time_s, "predicted_compute": p.compute_s, "predicted_memory": p.memory_s,
+              "predicted_overhead": p.overhead_s, "bytes_moved": sum(op["bytes"] * op["count"] for op in rec["ops"])}
+    return [{**common, "metric": metric, "unit": PREDICTED[metric], "value": value} for metric, value in values.items()]
 
 
 def _peaks(saved: dict) -> dict[str, float]:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, as one short script for a machine with one (a few minutes on one GPU):
 # the CUDA tests, the head-parallel cases over NCCL (1 rank; 2 ranks on one GPU must be a clear error),
-# the quick grid on the GPU, a report built from them, and our speed against torch's modules on the GPU. It uses the python that holds a CUDA torch
+# the quick grid on the GPU (with the performance model's constants measured there, machine.json), a report
+# built from them (predicted against measured on the GPU too), the GPU cases priced from the H200's datasheet,
+# and our speed against torch's modules on the GPU. It uses the python that holds a CUDA torch
 # (PYTHON, default python3) from the repository root, and writes its log, the run folder and the
 # report into OUT (default results/device-checks). Every step runs even if one before it failed; the
 # exit code is the number of steps that failed.
@@ -46,6 +48,8 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
     fi
     step quick-grid-cuda 0 "$PY" -m benchmarks.runner --grid quick --device cuda --out "$RUN" --no-progress "${NAME[@]}"
     step report 0 "$PY" -m reports build "$RUN" --report "$OUT/report"
+    step predict-from-datasheet 0 "$PY" -m reports predict docs/machines/h200.json --run "$RUN" --dtype float32 \
+        --csv "$OUT/predicted-h200-datasheet.csv"
     step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --rounds 5 \
         --record "$OUT/compare-with-torch-cuda.json"
     echo "== $failed step(s) failed"

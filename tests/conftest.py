@@ -1,10 +1,10 @@
-"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, and a
-short busy check."""
+"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, a
+short busy check and the performance model's constants measured quickly, once."""
 
 import pytest
 import torch
 
-from benchmarks.core import machine, measure, runner
+from benchmarks.core import constants, machine, measure, runner
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
@@ -24,6 +24,19 @@ def _short_busy_check_and_controls(monkeypatch):
     tested as they are)."""
     monkeypatch.setattr(runner, "BUSY_SAMPLE_S", 0.05)
     monkeypatch.setattr(measure, "CONTROL_TIME", 0.002)
+    monkeypatch.setattr(constants, "measure", _quick_constants)
+
+
+_MEASURE, _QUICK = constants.measure, {}
+
+
+def _quick_constants(device="cpu", dtype="float32", quick=False):
+    """The performance model's constants as a run measures them (runner.machine_constants), but quick and
+    once per device, dtype and thread count for the whole session (seconds each; dozens of runs use them)."""
+    key = (device, dtype, torch.get_num_threads())
+    if key not in _QUICK:
+        _QUICK[key] = _MEASURE(device, dtype, quick=True)
+    return _QUICK[key]
 
 
 @pytest.fixture

@@ -1,49 +1,68 @@
 """The performance model (benchmarks.core.perfmodel) on synthetic operator lists with known answers, the
-machine constants' micro-benchmarks (benchmarks.core.constants), and datasheets with bad fields."""
+machine constants' micro-benchmarks (benchmarks.core.constants), the shapes and dispatches the executed
+graph records for it (benchmarks.core.opgraph), and datasheets with bad fields."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
 from benchmarks import cases
 from benchmarks.core import constants, opgraph, perfmodel
+from benchmarks.core.perfmodel import Priced
 
 SHEET = {"peak_flops_per_s": 1e11, "bandwidth_bytes_per_s": 1e10, "op_overhead_s": 1e-6}
 
 
-@dataclass
-class FakeOp:
-    flops: int
-    bytes: int
-
-
 def test_a_list_of_gemms_is_compute_bound_at_the_gemm_rate():
     c = perfmodel.Constants.datasheet(SHEET)
-    p = perfmodel.predict([FakeOp(2 * 1024**3, 3 * 4 * 1024**2)] * 10, c)
+    gemm = Priced("aten.mm.default", 2 * 1024**3, 3 * 4 * 1024**2, (1, 1024, 1024, 1024), count=10)
+    p = perfmodel.predict([gemm], c)
     assert p.bound == "compute" and p.memory_s == 0
     assert p.time_s == pytest.approx(10 * 2 * 1024**3 / 1e11 + 10 * 1e-6)
 
 
 def test_a_list_of_copies_is_memory_bound_at_the_bandwidth():
-    p = perfmodel.predict([FakeOp(0, 8 * 2**26)] * 4, perfmodel.Constants.datasheet(SHEET))
+    p = perfmodel.predict([Priced("aten.copy_.default", 0, 8 * 2**26)] * 4, perfmodel.Constants.datasheet(SHEET))
     assert p.bound == "memory" and p.compute_s == 0
     assert p.time_s == pytest.approx(4 * 8 * 2**26 / 1e10 + 4e-6)
 
 
-def test_many_tiny_operators_are_overhead_bound():
-    p = perfmodel.predict([FakeOp(0, 8)] * 1000, perfmodel.Constants.datasheet(SHEET))
-    assert p.bound == "overhead" and p.overhead_s == pytest.approx(1e-3)
-    assert p.time_s == pytest.approx(1e-3 + 1000 * 8 / 1e10)
+def test_many_tiny_operators_are_overhead_bound_and_every_dispatch_kind_is_priced():
+    sheet = {**SHEET, "view_overhead_s": 2e-6, "scope_overhead_s": 3e-6, "module_overhead_s": 4e-6}
+    c = perfmodel.Constants.datasheet(sheet)
+    p = perfmodel.predict([Priced("aten.add.Tensor", 0, 8, count=1000)], c, {"view": 10, "scope": 20, "module": 30})
+    assert p.bound == "overhead"
+    assert p.overhead_s == pytest.approx(1000 * 1e-6 + 10 * 2e-6 + 20 * 3e-6 + 30 * 4e-6)
+    assert p.time_s == pytest.approx(p.overhead_s + 1000 * 8 / 1e10)
 
 
-def test_the_gemm_rate_is_interpolated_between_measured_sizes_and_held_beyond_them():
-    c = perfmodel.Constants([(1e6, 1e10), (1e9, 1e11)], 1e10, 1e-6, "test")
-    assert c.gemm_rate(math.sqrt(1e6 * 1e9)) == pytest.approx(math.sqrt(1e10 * 1e11))
-    assert c.gemm_rate(10) == pytest.approx(1e10) and c.gemm_rate(1e12) == pytest.approx(1e11)
+def test_a_datasheet_without_host_overheads_prices_them_at_nothing_and_says_so():
+    c = perfmodel.Constants.datasheet(SHEET, "h100.json")
+    assert c.overhead["view"] == c.overhead["scope"] == c.overhead["module"] == 0
+    assert len(c.notes) == 3 and "predicted from h100.json, not measured" == c.source
+
+
+def test_the_rate_is_interpolated_in_log_space_between_grid_points_and_held_beyond_them():
+    g = perfmodel.Grid({"m": [16, 1024], "k": [16, 1024]}, np.array([[1e9, 4e9], [16e9, 64e9]]))
+    assert g.rate((16, 16)) == pytest.approx(1e9) and g.rate((1024, 1024)) == pytest.approx(64e9)
+    assert g.rate((128, 16)) == pytest.approx(4e9)  # halfway in log m: the geometric mean of 1 and 16
+    assert g.rate((128, 128)) == pytest.approx(math.sqrt(1e9 * 64e9))
+    assert g.rate((1, 1)) == pytest.approx(1e9) and g.rate((10**6, 10**6)) == pytest.approx(64e9)
+
+
+def test_each_kernel_is_priced_at_its_own_grid():
+    slow, fast = perfmodel.Grid.constant(1e9), perfmodel.Grid.constant(1e11)
+    c = perfmodel.Constants({"gemm": fast, "attention": slow}, 1e12, {"op": 0.0}, "test")
+    mm = Priced("aten.mm.default", 10**9, 0, (1, 1000, 1000, 500))
+    sdpa = Priced("aten._scaled_dot_product_flash_attention_for_cpu.default", 10**9, 0, (8, 100, 100, 64))
+    other = Priced("aten.convolution.default", 10**9, 0)  # FLOPs but no measured kernel: the GEMM's best rate
+    assert perfmodel.predict([mm], c).time_s == pytest.approx(1e-2)
+    assert perfmodel.predict([sdpa], c).time_s == pytest.approx(1.0)
+    assert perfmodel.predict([other], c).time_s == pytest.approx(1e-2)
 
 
 @pytest.mark.parametrize("field", perfmodel.DATASHEET_FIELDS)
@@ -54,12 +73,53 @@ def test_a_datasheet_with_a_missing_or_non_positive_field_is_named(field, bad):
         perfmodel.Constants.datasheet(sheet, "h100.json")
 
 
+def test_a_datasheet_gives_its_peak_per_dtype_and_a_missing_dtype_is_named():
+    sheet = {**SHEET, "peak_flops_per_s": {"float32": 6.7e13, "bfloat16": 9.89e14}}
+    assert perfmodel.Constants.datasheet(sheet, "h200.json", "bfloat16").kernels["gemm"].best == 9.89e14
+    with pytest.raises(ValueError, match="h200.json: peak_flops_per_s has no 'float16'; it gives 'float32', 'bf"):
+        perfmodel.Constants.datasheet(sheet, "h200.json", "float16")
+    with pytest.raises(ValueError, match="h200.json: peak_flops_per_s: float32 is -1; give a positive number"):
+        perfmodel.Constants.datasheet({**SHEET, "peak_flops_per_s": {"float32": -1}}, "h200.json")
+    with pytest.raises(ValueError, match="view_overhead_s is 0; give a positive number .or leave it out"):
+        perfmodel.Constants.datasheet({**SHEET, "view_overhead_s": 0}, "h200.json")
+
+
 def test_the_micro_benchmarks_give_positive_finite_figures():
     c = constants.measure("cpu", quick=True)
-    figures = [g["flops_per_s"] for g in c["gemm"]] + [c["copy_bytes_per_s"], c["triad_bytes_per_s"],
-                                                        c["op_overhead_s"]]
+    rates = [r for k in c["kernels"].values() for r in k["flops_per_s"]]
+    figures = rates + [c["copy_bytes_per_s"], c["triad_bytes_per_s"], *c["overhead_s"].values()]
     assert all(math.isfinite(x) and x > 0 for x in figures), c
-    assert c["threads"] == torch.get_num_threads() and c["op_overhead_s"] < 1e-3
+    assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(constants.OVERHEADS)
+    assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3
+    grid = perfmodel.Grid.from_json(c["kernels"]["gemm"])
+    assert grid.rates.shape == (2, 2, 2, 2)
+
+
+def test_a_grid_point_too_big_to_time_is_timed_smaller_batch_first():
+    dims = constants._capped((256, 1024, 1024, 1024), constants.gemm_flops, constants.gemm_elements, "cpu")
+    assert dims[0] == 1 and constants.gemm_flops(*dims) <= constants.FLOP_CAP["cpu"]
+    assert constants.gemm_elements(*dims) <= constants.ELEMENT_CAP["cpu"]
+
+
+def test_the_graph_records_each_kernel_shape_and_the_other_dispatches():
+    a, b = torch.randn(5, 7), torch.randn(3, 7, 2)
+    q = torch.randn(2, 3, 16, 8, requires_grad=True)
+    layer = torch.nn.Linear(7, 4)
+
+    def call():
+        with torch.profiler.record_function("scope"):
+            layer(a)
+            torch.bmm(b.transpose(1, 2), b)
+            torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+
+    g = opgraph.record(call)
+    shapes = {op.name.split(".")[1]: op.shape for op in g.ops if op.flops}
+    assert shapes["addmm"] == (1, 5, 4, 7) and shapes["bmm"] == (3, 2, 2, 7)
+    assert shapes["_scaled_dot_product_flash_attention_for_cpu"] == (6, 16, 16, 8)
+    assert shapes["_scaled_dot_product_flash_attention_for_cpu_backward"] == (6, 16, 16, 8)
+    assert g.dispatches["scope"] == 1 and g.dispatches["module"] == 1 and g.dispatches["view"] >= 2
+    rows = g.summary()
+    assert sum(r["count"] for r in rows) == g.launches and sum(r["flops"] * r["count"] for r in rows) == g.matmul_flops
 
 
 def test_a_real_call_is_predicted_from_its_executed_operators():
@@ -67,5 +127,7 @@ def test_a_real_call_is_predicted_from_its_executed_operators():
                                      "dtype": "float32", "device": "cpu"})
     graph = opgraph.record(case.work("forward")[0])
     assert graph.matmul_flops > 0 and all(op.bytes > 0 for op in graph.ops)
-    p = perfmodel.predict(graph.ops, perfmodel.Constants.measured(constants.measure("cpu", quick=True)))
+    c = perfmodel.Constants.measured(constants.measure("cpu", quick=True))
+    p = perfmodel.predict([Priced(**r) for r in graph.summary()], c, graph.dispatches)
     assert p.time_s > 0 and p.time_s == pytest.approx(p.compute_s + p.memory_s + p.overhead_s)
+    assert p.time_s == pytest.approx(perfmodel.predict(graph.ops, c, graph.dispatches).time_s)

@@ -1,47 +1,146 @@
-"""A machine's constants, measured by micro-benchmarks and never fitted to the suite's cases: the GEMM rate
-over a small grid of shapes (square, thin and the batched shapes attention runs), the memory bandwidth of a
-STREAM-style copy and triad on arrays far beyond the last-level cache, and the time one tiny operator costs
-(on a GPU, the launch latency). A performance model (``perfmodel``) predicts a case from these alone.
+"""A machine's constants, measured by micro-benchmarks and never fitted to the suite's cases: the rate of a
+matrix product and of the fused attention kernel over a grid of shapes (square, thin, batched, the shapes
+attention runs), the memory bandwidth of a STREAM-style copy and triad on arrays far beyond the last-level
+cache, and what one dispatch costs beyond its work (a computing operator, a view, a ``record_function``
+scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A performance model
+(``perfmodel``) predicts a case from these alone.
 
     measure(device)   every constant of one device, at the current thread count (a dict, JSON-ready)
 """
 
 from __future__ import annotations
 
+import itertools
+
 import torch
+import torch.nn.functional as F
 import torch.utils.benchmark as tb
 
-#: (batch, m, n, k) per device: square GEMMs from small to large, the thin ones of a projection over few
-#: tokens, and the batched ones of attention's scores (n x d_head by d_head x n) and its weights times V
-GEMM_SHAPES = {
-    "cpu": ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 1024, 1024), (1, 2048, 2048, 2048),
-            (1, 4096, 64, 64), (1, 512, 2048, 512), (64, 128, 128, 64), (64, 128, 64, 128), (64, 512, 512, 64)),
-    "cuda": ((1, 256, 256, 256), (1, 1024, 1024, 1024), (1, 4096, 4096, 4096), (1, 8192, 8192, 8192),
-             (1, 16384, 64, 64), (1, 4096, 16384, 4096), (256, 512, 512, 64), (256, 512, 64, 512),
-             (64, 2048, 2048, 128)),
+#: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
+#: done ``batch`` times, and (batch x heads, query length, key length, head dim) for fused attention; the
+#: rate between grid points is interpolated in log space (``perfmodel.Grid``)
+GRIDS = {
+    "cpu": {
+        "gemm": {"batch": (1, 16, 256), "m": (1, 16, 128, 1024), "n": (1, 16, 128, 1024),
+                 "k": (1, 16, 128, 1024)},
+        "attention": {"batch": (8, 64, 512), "L": (1, 16, 128, 1024), "S": (1, 16, 128, 1024),
+                      "E": (8, 64, 512)},
+        "attention_backward": {"batch": (8, 64, 512), "L": (16, 128, 1024), "S": (16, 128, 1024),
+                               "E": (8, 64, 512)},
+    },
+    "cuda": {
+        "gemm": {"batch": (1, 16, 256), "m": (1, 64, 512, 8192), "n": (1, 64, 512, 8192),
+                 "k": (1, 64, 512, 8192)},
+        "attention": {"batch": (8, 64, 512), "L": (1, 128, 1024, 16384), "S": (1, 128, 1024, 16384),
+                      "E": (16, 64, 256)},
+        "attention_backward": {"batch": (8, 64, 512), "L": (128, 1024, 16384), "S": (128, 1024, 16384),
+                               "E": (16, 64, 256)},
+    },
 }
+#: a grid point above this many FLOPs is timed at a smaller shape (its batch, then its largest axis, halved
+#: until under it): beyond it the rate no longer grows, and timing it would cost seconds
+FLOP_CAP = {"cpu": 2**29, "cuda": 2**36}
+#: and above this many elements in its operands and result (a thin product of huge operands is memory-bound:
+#: its rate per byte is the same at a quarter of the size)
+ELEMENT_CAP = {"cpu": 2**23, "cuda": 2**28}
 #: elements of each STREAM array (float32): 256 MiB on the CPU, far beyond any last-level cache; 1 GiB on a GPU
 STREAM_ELEMENTS = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
-#: tiny operators timed back to back for the per-operator overhead
+#: tiny dispatches timed back to back for each overhead
 TINY_OPS = 1000
+#: the dispatch overheads measured, and what each is
+OVERHEADS = {"op": "a computing operator on a one-element tensor (on a GPU: its launch)",
+             "view": "a view (no data moved)", "scope": "a record_function scope (enter and exit)",
+             "module": "an nn.Module call (an Identity)"}
 
 
 def _seconds(stmt, min_run_time: float) -> float:
-    """Median seconds of one call of ``stmt`` (torch.utils.benchmark, which synchronizes CUDA)."""
-    return tb.Timer(stmt="stmt()", globals={"stmt": stmt}).blocked_autorange(min_run_time=min_run_time).median
+    """Median seconds of one call of ``stmt`` at the current thread count (torch.utils.benchmark, which
+    synchronizes CUDA; its Timer runs on one thread unless told otherwise)."""
+    timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
-def gemm_rates(device: str = "cpu", dtype: str = "float32", shapes=None, min_run_time: float = 0.1) -> list[dict]:
-    """FLOP/s of ``torch.matmul`` at each (batch, m, n, k) of ``shapes`` (default GEMM_SHAPES[device])."""
-    out = []
-    for batch, m, n, k in shapes or GEMM_SHAPES[device]:
-        dt = getattr(torch, dtype)
-        a = torch.randn(batch, m, k, device=device, dtype=dt)
-        b = torch.randn(batch, k, n, device=device, dtype=dt)
-        seconds = _seconds(lambda a=a, b=b: torch.matmul(a, b), min_run_time)
-        out.append({"batch": batch, "m": m, "n": n, "k": k, "flops": 2 * batch * m * n * k,
-                    "flops_per_s": 2 * batch * m * n * k / seconds})
-    return out
+def _kernel_seconds(stmt, block_time: float) -> float:
+    """Seconds per call of a kernel: one call to warm it and size the blocks, then the median of three
+    blocks of about ``block_time`` each (hundreds of grid points: blocked_autorange's sizing would cost
+    more than the timing)."""
+    timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
+    once = timer.timeit(1).median
+    number = max(1, int(block_time / max(once, 1e-7)))
+    return sorted(timer.timeit(number).median for _ in range(3))[1]
+
+
+def _capped(dims: tuple[int, ...], flops, elements, device: str) -> tuple[int, ...]:
+    """``dims`` (batch first) with the batch, then the largest axis, halved until the kernel's FLOPs and
+    elements are within FLOP_CAP and ELEMENT_CAP."""
+    dims = list(dims)
+    while (flops(*dims) > FLOP_CAP[device] or elements(*dims) > ELEMENT_CAP[device]) and max(dims) > 1:
+        i = 0 if dims[0] > 1 else dims.index(max(dims))
+        dims[i] //= 2
+    return tuple(dims)
+
+
+def gemm_flops(batch: int, m: int, n: int, k: int) -> int:
+    return 2 * batch * m * n * k
+
+
+def gemm_elements(batch: int, m: int, n: int, k: int) -> int:
+    return batch * (m * k + k * n + m * n)
+
+
+def attention_elements(batch: int, L: int, S: int, E: int) -> int:
+    """Q, K, V and the output (the fused kernel never writes the L x S scores)."""
+    return batch * E * (2 * L + 2 * S)
+
+
+def attention_flops(batch: int, L: int, S: int, E: int) -> int:
+    """Q K^T and the weights times V (head dim E for both), as torch's flop counter has them."""
+    return 4 * batch * L * S * E
+
+
+def attention_backward_flops(batch: int, L: int, S: int, E: int) -> int:
+    """The scores recomputed and four products of the gradients."""
+    return 10 * batch * L * S * E
+
+
+def _gemm_call(device, dtype, batch, m, n, k):
+    a = torch.randn(batch, m, k, device=device, dtype=dtype)
+    b = torch.randn(batch, k, n, device=device, dtype=dtype)
+    if batch == 1:
+        a, b = a[0], b[0]
+    return lambda: torch.matmul(a, b)
+
+
+def _attention_call(device, dtype, batch, L, S, E, backward=False):
+    q = torch.randn(batch, 1, L, E, device=device, dtype=dtype, requires_grad=backward)
+    k, v = (torch.randn(batch, 1, S, E, device=device, dtype=dtype, requires_grad=backward) for _ in range(2))
+    if not backward:
+        return lambda: F.scaled_dot_product_attention(q, k, v)
+    out = F.scaled_dot_product_attention(q, k, v)
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
+
+#: each kernel's FLOPs, elements and call, by name
+KERNELS = {"gemm": (gemm_flops, gemm_elements, _gemm_call),
+           "attention": (attention_flops, attention_elements, _attention_call),
+           "attention_backward": (attention_backward_flops, attention_elements,
+                                  lambda *a: _attention_call(*a, backward=True))}
+
+
+def kernel_rates(kind: str, device: str = "cpu", dtype: str = "float32", grid: dict | None = None,
+                 block_time: float = 0.003) -> dict:
+    """FLOP/s of ``kind`` (a KERNELS name) at every point of ``grid`` (default GRIDS[device][kind]):
+    ``{"axes": {name: values}, "flops_per_s": [...]}``, the rates in the order of itertools.product."""
+    flops, elements, call = KERNELS[kind]
+    grid = grid or GRIDS[device][kind]
+    dt, rates, timed = getattr(torch, dtype), [], {}
+    for point in itertools.product(*grid.values()):
+        dims = _capped(point, flops, elements, device)
+        if dims not in timed:
+            timed[dims] = flops(*dims) / _kernel_seconds(call(device, dt, *dims), block_time)
+        rates.append(timed[dims])
+    return {"axes": {name: list(values) for name, values in grid.items()}, "flops_per_s": rates}
 
 
 def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: float = 0.2) -> dict[str, float]:
@@ -54,22 +153,36 @@ def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: fl
     return {"copy_bytes_per_s": 8 * n / copy, "triad_bytes_per_s": 12 * n / triad}
 
 
-def op_overhead(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.2) -> float:
-    """Seconds one operator costs beyond its work: ``ops`` additions of one-element tensors, back to back."""
+def overheads(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.2) -> dict[str, float]:
+    """Seconds each kind of dispatch (OVERHEADS) costs beyond its work: ``ops`` of them back to back."""
     x, y, z = (torch.ones(1, device=device) for _ in range(3))
+    identity = torch.nn.Identity()
 
-    def tiny():
-        for _ in range(ops):
-            torch.add(x, y, out=z)
+    def scope():
+        with torch.profiler.record_function("scope"):
+            pass
 
-    return _seconds(tiny, min_run_time) / ops
+    one = {"op": lambda: torch.add(x, y, out=z), "view": lambda: x.view(1), "scope": scope,
+           "module": lambda: identity(x)}
+    out = {}
+    for name, fn in one.items():
+        def many(fn=fn):
+            for _ in range(ops):
+                fn()
+
+        out[name] = _seconds(many, min_run_time) / ops
+    return out
 
 
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
-    """Every constant of ``device`` at the current thread count: the GEMM rate by shape, the bandwidth and
-    the per-operator overhead. ``quick``: two small shapes, 4 MiB arrays, short timings (for tests)."""
+    """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
+    and the dispatch overheads (seconds). ``quick``: two points per axis, 4 MiB arrays, short timings (tests)."""
     run_time = 0.02 if quick else 0.2
+    grids = GRIDS[device]
+    if quick:
+        grids = {kind: {a: (v[0], v[-1]) for a, v in grid.items()} for kind, grid in grids.items()}
     return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(),
-            "gemm": gemm_rates(device, dtype, GEMM_SHAPES[device][:2] if quick else None, run_time / 2),
+            "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
+                        for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
-            "op_overhead_s": op_overhead(device, 100 if quick else TINY_OPS, run_time)}
+            "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}

@@ -1,5 +1,6 @@
 """Measuring one case: time with median and IQR, achieved FLOP/s against the machine's GEMM peak,
-GPU peak memory and NVML telemetry. Shared by the asv tracks and the in-process runner.
+GPU peak memory and NVML telemetry, and the operators the call executes (``opgraph``: what the
+performance model prices). Shared by the asv tracks and the in-process runner.
 
 Timing is torch.utils.benchmark's ``blocked_autorange``: blocks of calls long enough to swamp the
 timer's overhead, repeated for at least ``min_run_time`` seconds; the median and the interquartile
@@ -137,7 +138,8 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
         # no separate warm-up call: blocked_autorange first runs fn to size its blocks, at this thread count,
         # which torch documents as the warm-up; one more call here cost a quarter of the default grid's time
         rounds = (previous or {}).get("rounds", []) + [timed_round(fn, case.device, min_run_time)]
-        kept = {k: v for k, v in (previous or {}).items() if k.startswith("gpu_") or k == "energy_per_token_j"}
+        kept = {k: v for k, v in (previous or {}).items()
+                if k.startswith("gpu_") or k in ("energy_per_token_j", "ops", "dispatches")}
         record: dict[str, Any] = {**kept, **combined(rounds),
                                   "threads": torch.get_num_threads() if case.device == "cpu" else None,
                                   "tokens": tokens, "matmul_flops": work.matmul_total,
@@ -146,6 +148,9 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
         record.update(achieved_flops_per_s=work.matmul_total / median, tokens_per_s=tokens / median)
         if peak is not None:
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
+        if previous is None:  # what the call executes, for the performance model (reports: predicted_time)
+            graph = opgraph.record(fn)
+            record.update(ops=graph.summary(), dispatches=dict(graph.dispatches))
         if case.device == "cuda" and previous is None:
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
             try:

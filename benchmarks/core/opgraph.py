@@ -10,6 +10,9 @@ and decomposition (what runs, forward and backward), and for each one notes:
 - whether it is a **launch**: an operator that computes. View operators (``transpose``, ``view``,
   ``chunk``, ...) alias their input and launch nothing: they add no depth and are not counted.
 - the **bytes** of the tensors it read and wrote (what a memory-bound operator costs: ``perfmodel``);
+- the **shape** of a matrix product, (batch, m, n, k) for ``mm``/``addmm``/``bmm``, or of a fused
+  attention kernel, (batch x heads, query length, key length, head dim), so that a model can price it at
+  the rate the machine reaches at that shape;
 - its **matmul FLOPs**, from torch.utils.flop_counter's own formulas (the ones FlopCounterMode uses;
   see ``transformer.flops.count``), and the ``record_function`` labels around it, so that FLOPs can be
   summed per model component.
@@ -49,13 +52,23 @@ class Op:
     depth: int
     flops: int
     bytes: int = 0
+    shape: tuple[int, ...] = ()
 
 
 @dataclass
 class OpGraph:
-    """What ``record`` saw: the launched operators in execution order."""
+    """What ``record`` saw: the launched operators in execution order, and the other dispatches the call
+    made (``dispatches``: views and free operators, ``record_function`` scopes, ``nn.Module`` calls)."""
 
     ops: list[Op] = field(default_factory=list)
+    dispatches: Counter = field(default_factory=Counter)
+
+    def summary(self) -> list[dict]:
+        """The operators grouped by what prices them (name, FLOPs, bytes, shape) with a count each: a
+        call's work in a few rows (JSON-ready; ``perfmodel.predict`` reads them)."""
+        rows = Counter((op.name, op.flops, op.bytes, op.shape) for op in self.ops)
+        return [{"name": n, "flops": f, "bytes": b, "shape": list(s), "count": c}
+                for (n, f, b, s), c in rows.items()]
 
     @property
     def depth(self) -> int:
@@ -81,6 +94,19 @@ class OpGraph:
 
     def launches_by(self, key: Callable[[tuple[str, ...]], str]) -> dict[str, int]:
         return dict(Counter(key(op.labels) for op in self.ops))
+
+
+def _shape(name: str, args) -> tuple[int, ...]:
+    """(batch, m, n, k) of a matrix product C (m x n) = A (m x k) B (k x n) done ``batch`` times; (batch x
+    heads, query length, key length, head dim) of a fused attention kernel; () for anything else."""
+    base = name.split(".")[1] if "." in name else name
+    if base in ("mm", "addmm", "bmm", "baddbmm"):
+        a, b = args[-2].shape, args[-1].shape
+        return (a[0] if len(a) == 3 else 1, a[-2], b[-1], a[-1])
+    if base.startswith("_scaled_dot_product") and "attention" in base:
+        q, k = args[1:3] if base.endswith("_backward") else args[:2]
+        return (q[..., 0, 0].numel(), q.shape[-2], k.shape[-2], q.shape[-1])
+    return ()
 
 
 def _flop_formula(func) -> Callable | None:
@@ -116,11 +142,13 @@ class _Recorder(TorchDispatchMode):
             out = func(*args, **kwargs)
             if "enter" in name:
                 self.labels.append(args[0])
+                self.graph.dispatches["scope"] += 1
             elif "exit" in name and self.labels:  # record_function scopes nest: the innermost exits first
                 self.labels.pop()
             return out
         out = func(*args, **kwargs)
         if func.is_view or name in _FREE:
+            self.graph.dispatches["view"] += 1
             return out
         flat_in = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
         depth = self._depth_of(flat_in) + 1
@@ -135,13 +163,19 @@ class _Recorder(TorchDispatchMode):
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
         moved = sum(t.numel() * t.element_size() for t in flat_in + written if t.device.type != "meta")
-        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved))
+        shape = _shape(name, args) if flops else ()
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape))
         return out
 
 
 def record(fn: Callable[[], Any]) -> OpGraph:
     """Run ``fn()`` once and return the graph of operators it executed (forward and any backward)."""
     recorder = _Recorder()
-    with recorder:
-        fn()
+    calls = recorder.graph.dispatches
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: calls.update(("module",)))
+    try:
+        with recorder:
+            fn()
+    finally:
+        hook.remove()
     return recorder.graph

@@ -1,60 +1,159 @@
 """Predict a call's time from a machine's constants and the operators it executes, before measuring it.
 
-For each operator of the executed graph (``opgraph``: its matmul FLOPs and the bytes it reads and writes),
+For each operator of the executed graph (``opgraph``: its FLOPs, the bytes it reads and writes, and for a
+matrix product or fused attention kernel its shape),
 
-    time = max(FLOPs / GEMM rate at that size, bytes / bandwidth) + the per-operator overhead
+    time = max(FLOPs / the kernel's rate at that shape, bytes / bandwidth) + the dispatch overhead
 
-summed over the operators ("Making Deep Learning Go Brrrr": compute, memory and overhead). The term that
-adds most names the call's bound. The constants come from micro-benchmarks (``constants.measure``) or from
-a datasheet (peak FLOP/s, bandwidth, overhead), never from the cases being predicted.
+summed over the operators, plus the overhead of the views, ``record_function`` scopes and module calls the
+call made ("Making Deep Learning Go Brrrr": compute, memory and overhead). The term that adds most names the
+call's bound. The constants come from micro-benchmarks (``constants.measure``) or from a datasheet (peak
+FLOP/s, bandwidth, overhead), never from the cases being predicted.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 #: the fields a datasheet must give, each a positive number
 DATASHEET_FIELDS = ("peak_flops_per_s", "bandwidth_bytes_per_s", "op_overhead_s")
+#: the dispatch overheads a datasheet may also give (seconds; host-side costs of the framework)
+OPTIONAL_OVERHEADS = {"view": "view_overhead_s", "scope": "scope_overhead_s", "module": "module_overhead_s"}
 BOUNDS = ("compute", "memory", "overhead")
+#: the kernel whose rate prices an operator with FLOPs, by aten name (others: the matrix product's best rate)
+KERNEL_OF = {"mm": "gemm", "addmm": "gemm", "bmm": "gemm", "baddbmm": "gemm",
+             "_scaled_dot_product_flash_attention_for_cpu": "attention",
+             "_scaled_dot_product_flash_attention": "attention",
+             "_scaled_dot_product_efficient_attention": "attention",
+             "_scaled_dot_product_cudnn_attention": "attention",
+             "_scaled_dot_product_flash_attention_for_cpu_backward": "attention_backward",
+             "_scaled_dot_product_flash_attention_backward": "attention_backward",
+             "_scaled_dot_product_efficient_attention_backward": "attention_backward",
+             "_scaled_dot_product_cudnn_attention_backward": "attention_backward"}
+
+
+def kernel_of(name: str) -> str | None:
+    """The kernel an aten operator name (``aten.mm.default``) runs, or None."""
+    parts = name.split(".")
+    return KERNEL_OF.get(parts[1] if len(parts) > 1 else parts[0])
+
+
+@dataclass
+class Grid:
+    """A kernel's FLOP/s over a rectilinear grid of shapes, interpolated multilinearly in log space (log
+    rate against log size on every axis), held at the edge value beyond the grid."""
+
+    axes: dict[str, list[int]]
+    rates: np.ndarray  # shape: one length per axis
+
+    @classmethod
+    def from_json(cls, d: dict) -> Grid:
+        shape = [len(v) for v in d["axes"].values()]
+        return cls({k: list(v) for k, v in d["axes"].items()}, np.asarray(d["flops_per_s"], float).reshape(shape))
+
+    @classmethod
+    def constant(cls, rate: float, dims: int = 4) -> Grid:
+        return cls({f"axis{i}": [1] for i in range(dims)}, np.full([1] * dims, float(rate)))
+
+    @property
+    def best(self) -> float:
+        return float(self.rates.max())
+
+    def rate(self, dims: tuple[int, ...]) -> float:
+        """FLOP/s at ``dims`` (one size per axis)."""
+        corners = []
+        for x, values in zip(dims, self.axes.values()):
+            logs = np.log(values)
+            lx = min(max(math.log(max(x, 1)), logs[0]), logs[-1])
+            i = int(np.clip(np.searchsorted(logs, lx) - 1, 0, max(len(values) - 2, 0)))
+            if len(values) == 1:
+                corners.append(((0, 1.0),))
+                continue
+            w = (lx - logs[i]) / (logs[i + 1] - logs[i])
+            corners.append(((i, 1 - w), (i + 1, w)))
+        log_rate = 0.0
+        for combo in itertools.product(*corners):
+            weight = math.prod(w for _, w in combo)
+            if weight:
+                log_rate += weight * math.log(self.rates[tuple(i for i, _ in combo)])
+        return math.exp(log_rate)
 
 
 @dataclass
 class Constants:
-    """What the model knows of a machine: the GEMM rate against FLOPs per call (``gemm``: pairs sorted by
-    FLOPs; one pair: the same rate at every size), the bandwidth and the per-operator overhead."""
+    """What the model knows of a machine: each kernel's rate by shape (``kernels``), the bandwidth and the
+    seconds each kind of dispatch costs (``overhead``: op, view, scope, module)."""
 
-    gemm: list[tuple[float, float]]
+    kernels: dict[str, Grid]
     bandwidth: float
-    overhead: float
+    overhead: dict[str, float]
     source: str
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def measured(cls, c: dict) -> Constants:
-        """From ``constants.measure``'s dict: the GEMM rate by size, the better of copy and triad."""
-        gemm = sorted((g["flops"], g["flops_per_s"]) for g in c["gemm"])
-        return cls(gemm, max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), c["op_overhead_s"],
+        """From ``constants.measure``'s dict: the kernels' rates, the better of copy and triad."""
+        return cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
+                   max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
                    f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads)")
 
     @classmethod
-    def datasheet(cls, sheet: dict, name: str = "datasheet") -> Constants:
-        """From a datasheet's figures (DATASHEET_FIELDS); a missing or non-positive one is a ValueError naming it."""
-        for field in DATASHEET_FIELDS:
-            value = sheet.get(field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name}: {field} is {value!r}; give a positive number "
-                                 f"(every one of {', '.join(DATASHEET_FIELDS)} is needed)")
-        return cls([(1.0, float(sheet["peak_flops_per_s"]))], float(sheet["bandwidth_bytes_per_s"]),
-                   float(sheet["op_overhead_s"]), f"predicted from {name}, not measured")
+    def datasheet(cls, sheet: dict, name: str = "datasheet", dtype: str = "float32") -> Constants:
+        """From a datasheet's figures (DATASHEET_FIELDS, and any of OPTIONAL_OVERHEADS); a missing or
+        non-positive one is a ValueError naming it. ``peak_flops_per_s`` is one number or one per dtype
+        (``{"float32": ..., "bfloat16": ...}``: the one of ``dtype`` is used). Every kernel runs at the peak."""
+        peaks = sheet.get("peak_flops_per_s")
+        if isinstance(peaks, dict):
+            if dtype not in peaks:
+                raise ValueError(f"{name}: peak_flops_per_s has no {dtype!r}; it gives {', '.join(map(repr, peaks))}")
+            _positive(peaks, dtype, f"{name}: peak_flops_per_s", required=True)
+            sheet = {**sheet, "peak_flops_per_s": peaks[dtype]}
+        for f in DATASHEET_FIELDS:
+            _positive(sheet, f, name, required=True)
+        overhead = {"op": float(sheet["op_overhead_s"])}
+        notes = []
+        for kind, f in OPTIONAL_OVERHEADS.items():
+            if f in sheet:
+                overhead[kind] = _positive(sheet, f, name)
+            else:
+                overhead[kind] = 0.0
+                notes.append(f"{f} not given: {kind}s cost nothing there")
+        peak = float(sheet["peak_flops_per_s"])
+        return cls({"gemm": Grid.constant(peak)}, float(sheet["bandwidth_bytes_per_s"]), overhead,
+                   f"predicted from {name}, not measured", notes)
 
-    def gemm_rate(self, flops: float) -> float:
-        """FLOP/s of a GEMM of ``flops``: interpolated in log-log between the measured sizes, the nearest
-        measured rate beyond them."""
-        sizes, rates = zip(*self.gemm)
-        return float(np.exp(np.interp(math.log(flops), np.log(sizes), np.log(rates))))
+    def rate(self, kernel: str | None, dims: tuple[int, ...]) -> float:
+        """FLOP/s of ``kernel`` at ``dims``; a kernel not measured (or an operator with FLOPs but no
+        kernel) at the matrix product's best rate."""
+        grid = self.kernels.get(kernel) if kernel else None
+        if grid is None or not dims:
+            return self.kernels["gemm"].best
+        return grid.rate(dims)
+
+
+def _positive(sheet: dict, f: str, name: str, required: bool = False) -> float:
+    value = sheet.get(f)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        need = f"every one of {', '.join(DATASHEET_FIELDS)} is needed" if required else "or leave it out"
+        raise ValueError(f"{name}: {f} is {value!r}; give a positive number ({need})")
+    return float(value)
+
+
+@dataclass
+class Priced:
+    """One row of what a call executes (``opgraph.OpGraph.summary``): an operator, its FLOPs, the bytes it
+    reads and writes, its kernel shape and how many times it ran."""
+
+    name: str
+    flops: int
+    bytes: int
+    shape: tuple[int, ...] = ()
+    count: int = 1
 
 
 @dataclass
@@ -73,15 +172,20 @@ class Prediction:
         return max(terms, key=terms.get)
 
 
-def predict(ops: Iterable, constants: Constants) -> Prediction:
-    """The time of a call that executes ``ops`` (anything with ``flops`` and ``bytes``: ``opgraph.Op``)."""
+def predict(ops: Iterable, constants: Constants, dispatches: dict[str, int] | None = None) -> Prediction:
+    """The time of a call that executes ``ops`` (each with ``name``, ``flops``, ``bytes``, ``shape`` and
+    ``count``, as ``opgraph.Op`` or the rows of ``opgraph.OpGraph.summary``) and makes ``dispatches``
+    other dispatches (views, scopes, modules: counts)."""
     compute = memory = overhead = 0.0
     for op in ops:
-        flop_s = op.flops / constants.gemm_rate(op.flops) if op.flops else 0.0
+        count = getattr(op, "count", 1)
+        flop_s = op.flops / constants.rate(kernel_of(op.name), tuple(op.shape)) if op.flops else 0.0
         byte_s = op.bytes / constants.bandwidth
         if flop_s >= byte_s:
-            compute += flop_s
+            compute += count * flop_s
         else:
-            memory += byte_s
-        overhead += constants.overhead
+            memory += count * byte_s
+        overhead += count * constants.overhead["op"]
+    for kind, n in (dispatches or {}).items():
+        overhead += n * constants.overhead.get(kind, 0.0)
     return Prediction(compute + memory + overhead, compute, memory, overhead)

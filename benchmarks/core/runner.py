@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from .. import cases
-from . import guards, machine, measure, records
+from . import constants, guards, machine, measure, records
 from .records import (
     STATUSES,
     UnreadableRecord,
@@ -129,20 +129,24 @@ class Runner:
         return sum(self.rounds - self.recorded(area, m, params)[0] for m in cases.METHODS[area])
 
     def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
-        """The machine's GEMM peaks for this run (``machine.json``): measured at its start, reused on resume;
+        """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
+        ``machine_constants``): measured at its start, reused on resume;
         ``again`` (at the end of a run that measured something) measures them once more and keeps each key's
         best of every calibration (``calibrations`` lists them), so that a calibration slowed by another
         process does not stand as the machine's peak."""
         path = os.path.join(self.out, "machine.json")
         saved = self._read(path, records.peaks_problem) if os.path.exists(path) else None
         if saved is not None and saved.get("commit") == self.commit and not again:
-            if set(saved["gemm_peaks"]) >= {machine.peak_key("cpu", "float32", t) for t in (None, *threads)}:
+            keys = {machine.peak_key("cpu", "float32", t) for t in (None, *threads)}
+            if set(saved["gemm_peaks"]) >= keys and set(saved.get("constants", {})) >= keys:
                 return saved["gemm_peaks"]
         fresh = machine.calibrate(threads, fresh=again)
         earlier = saved.get("calibrations", [saved["gemm_peaks"]]) if saved and again else []
         calibrations = [*earlier, fresh]
         peaks = machine.best_peaks(*calibrations)
+        kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
         write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "calibrations": calibrations,
+                                 "constants": {**machine_constants(threads, skip=kept), **kept},
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
         return peaks
 
@@ -271,6 +275,23 @@ class Runner:
 BUSY_SHARE = 0.5
 #: seconds the busy check watches the cores for, before every run
 BUSY_SAMPLE_S = 0.5
+
+
+def machine_constants(threads: list[int], skip: Iterable[str] = ()) -> dict[str, dict]:
+    """The performance model's constants (``constants.measure``) of every device and dtype this machine
+    has, the CPU at its default thread count and at each of ``threads``, by ``machine.peak_key``; the keys
+    in ``skip`` are not measured."""
+    out = {}
+    for t in sorted({torch.get_num_threads(), *threads}):
+        key = machine.peak_key("cpu", "float32", t)
+        if key not in skip:
+            with cases.using_threads(t):
+                out[key] = constants.measure("cpu", "float32")
+    for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
+        key = machine.peak_key("cuda", dtype, None)
+        if key not in skip:
+            out[key] = constants.measure("cuda", dtype)
+    return out
 
 
 def cpu_busy(seconds: float = 0.5) -> float | None:

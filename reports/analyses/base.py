@@ -22,7 +22,9 @@ from .. import tidy
 @dataclass
 class Figure:
     """A plot an analysis asks for: ``table``'s columns as series against its index (``kind`` "lines"),
-    its columns as grouped bars over its rows ("bars"), or its rows as bars of stacked shares ("shares")."""
+    its columns as grouped bars over its rows ("bars"), its rows as bars of stacked shares ("shares"), or
+    its rows as points, columns ``x``, ``y`` and ``group`` ("scatter", log-log; with ``roof``, the roofline's
+    two ceilings under them)."""
 
     name: str
     table: pd.DataFrame
@@ -42,6 +44,8 @@ class Figure:
     log_x: bool | None = None
     log_y: bool | None = None
     legend_size: int = 8
+    #: a roofline's ceilings: (peak FLOP/s, bandwidth bytes/s), before scaling
+    roof: tuple[float, float] | None = None
 
 
 @dataclass

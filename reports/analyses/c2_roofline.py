@@ -1,4 +1,6 @@
-"""C2: achieved matmul FLOP/s of equation (1) per backend against the machine's measured GEMM peak."""
+"""C2: achieved matmul FLOP/s of equation (1) per backend against the machine's measured GEMM peak, and the
+full roofline: each attention and multi-head case placed by its arithmetic intensity (matmul FLOPs over the
+bytes its operators read and write) under both ceilings, the GEMM peak and bandwidth x intensity."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
                          f"{curves[backend].idxmax()}")
         sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
                          f"{conditions(d)}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s): " + "; ".join(parts) + ".")
-    a.verdict = " ".join(sentences)
+    a.verdict = " ".join(sentences + _roofline(t, a))
     a.answer = " ".join(
         "Best fraction of the measured GEMM peak on " + device + ": "
         + ", ".join(f"{b} {a.numbers[f'best_fraction_{device}_{b}']:.0%}" for b in a.tables[f"achieved_{device}"])
@@ -47,3 +49,49 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
                     f"{conditions(rows, n=False)}")
     return a
 
+
+
+def _ceilings(t: pd.DataFrame, device: str) -> tuple[float, float] | None:
+    """(the matrix product's best measured rate, the better STREAM bandwidth) of ``device`` at its most
+    threads, from the run's constants (``reports.tidy``: area "constants"); None without them."""
+    c = t[(t.area == "constants") & (t.device == device) & (t.dtype.isin(["float32", None]))]
+    if device == "cpu" and c.threads.notna().any():
+        c = c[c.threads == c.threads.max()]
+    peak = c[(c.metric == "kernel_best_flops_per_s") & (c.method == "gemm")].value
+    bandwidth = c[c.metric == "bandwidth_bytes_per_s"].value
+    return (float(peak.max()), float(bandwidth.max())) if len(peak) and len(bandwidth) else None
+
+
+def _roofline(t: pd.DataFrame, a: Analysis) -> list[str]:
+    """Each attention and multi-head forward case of the CPU (or the first device) under both ceilings; which
+    ceiling each backend and strategy sits under (its median intensity against the ridge point)."""
+    sentences = []
+    for device in devices(t[t.area.isin(["attention", "multihead"])].dropna(subset=["device"])):
+        roof = _ceilings(t, device)
+        if roof is None:
+            continue
+        keys = ["area", "backend", "strategy", "seq_len", "heads", "d_head", "causal", "out_proj", "dtype"]
+        rows = t[t.area.isin(["attention", "multihead"]) & (t.method == "forward") & (t.device == device)
+                 & (t.status == "ok") & t.metric.isin(["achieved_flops_per_s", "bytes_moved", "matmul_flops"])
+                 & (t.dtype.isin(["float32"]) | t.dtype.isna())]
+        if rows.empty:
+            continue
+        filled = rows.assign(**{k: rows[k].astype(object).where(rows[k].notna(), "") for k in keys})
+        wide = filled.pivot_table(index=keys, columns="metric", values="value", aggfunc="median").dropna()
+        if wide.empty or "bytes_moved" not in wide:
+            continue
+        wide = wide.reset_index()
+        wide["kind"] = wide.area + " " + wide.backend.astype(str) + wide.strategy.astype(str)
+        wide["intensity"] = wide.matmul_flops / wide.bytes_moved
+        peak, bandwidth = roof
+        a.numbers[f"ridge_{device}"] = ridge = peak / bandwidth
+        a.tables[f"roofline_{device}"] = wide.groupby("kind").intensity.median().to_frame("median_intensity")
+        a.plot(f"roofline_{device}", table=pd.DataFrame({"x": wide.intensity, "y": wide.achieved_flops_per_s,
+                                                         "group": wide.kind}),
+               kind="scatter", roof=roof, scale=1e-9, xlabel="arithmetic intensity (matmul FLOP per byte moved)",
+               ylabel="achieved matmul GFLOP/s", title=f"Roofline on {device}: attention and multi-head cases")
+        under = [f"{kind} under the {'compute' if i >= ridge else 'memory'} ceiling (intensity {i:.0f})"
+                 for kind, i in a.tables[f"roofline_{device}"].median_intensity.items()]
+        sentences.append(f"Roofline on {device} (ridge at {ridge:.1f} FLOP/byte: {peak / 1e9:.0f} GFLOP/s peak, "
+                         f"{bandwidth / 1e9:.0f} GB/s): " + "; ".join(under) + ".")
+    return sentences

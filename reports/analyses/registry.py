@@ -14,6 +14,7 @@ from .hardware import analyse_hardware
 from .heads import analyse_heads
 from .paired import analyse_paired
 from .parallel import analyse_parallel
+from .prediction import analyse_prediction
 from .profiling import analyse_profiles
 from .runs import latest
 from .softmax_scale import analyse_softmax_scaling
@@ -36,7 +37,8 @@ def _pairs_only(t: pd.DataFrame, pairs: list[dict]) -> Analysis:
 #: "profiles" (the profile table) or "pairs" (the paired-ratio records)
 ANALYSES = [(analyse_sequence_length, "profiles"), (analyse_generation, None), (analyse_depth, None),
             (analyse_threads, None), (analyse_roofline, None), (analyse_heads, "profiles"), (_pairs_only, "pairs"),
-            (analyse_parallel, None), (_computed, None), (analyse_table1, None), (_profiles_only, "profiles")]
+            (analyse_parallel, None), (_computed, None), (analyse_table1, None), (analyse_prediction, None),
+            (_profiles_only, "profiles")]
 
 
 def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None,

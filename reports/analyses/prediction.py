@@ -1,0 +1,147 @@
+"""The performance model against the run: every timed case predicted from the machine's measured constants
+(``benchmarks.core.perfmodel``: per operator max(FLOPs / kernel rate, bytes / bandwidth) + dispatch
+overheads) and compared with its measured time, per area; C1's crossover and the heads ratio predicted
+then measured.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import tidy
+from .base import Analysis, conditions, fmt_ratio, fmt_time
+from .fits import crossover
+
+#: what good looks like for the model over a run's timed cases: median and 90th percentile of
+#: |predicted / measured - 1|
+TARGET_MEDIAN, TARGET_P90 = 0.15, 0.40
+#: the worst cases named on the page
+WORST = 5
+
+
+def pairs(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per timed case with a prediction: its axes, ``measured`` and ``predicted`` seconds, the three
+    predicted terms, its ``bound`` and ``ratio`` (predicted / measured)."""
+    keys = ["area", "method", *[c for c in tidy.PARAMS if c in t]]
+    metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead"]
+    rows = t[t.metric.isin(metrics) & (t.status == "ok")].dropna(subset=["value"])
+    if rows.empty or not (rows.metric == "predicted_time").any():
+        return pd.DataFrame()
+    filled = rows.assign(**{k: rows[k].astype(object).where(rows[k].notna(), "") for k in keys})
+    wide = filled.pivot_table(index=keys, columns="metric", values="value", aggfunc="median")
+    bound = filled[filled.metric == "predicted_time"].groupby(keys).bound.first()
+    wide = wide.join(bound).dropna(subset=["time", "predicted_time"]).reset_index()
+    wide = wide.rename(columns={"time": "measured", "predicted_time": "predicted", "predicted_compute": "compute",
+                                "predicted_memory": "memory", "predicted_overhead": "overhead"})
+    wide["ratio"] = wide.predicted / wide.measured
+    wide["device"] = wide.device.where(wide.device != "", "cpu")  # the threads area runs on the CPU only
+    return wide
+
+
+def _label(row) -> str:
+    axes = ", ".join(f"{k} {row[k]}" for k in tidy.PARAMS if k in row and row[k] != "" and k != "device")
+    return f"{row['area']} {row['method']} ({axes})"
+
+
+def _errors(p: pd.DataFrame) -> pd.DataFrame:
+    err = (p.ratio - 1).abs()
+    g = p.assign(err=err).groupby(["device", "area", "method"])
+    table = pd.DataFrame({"cases": g.size(), "median_error": g.err.median(), "p90_error": g.err.quantile(0.9),
+                          "median_ratio": g.ratio.median()})
+    table.loc[("all", "all", ""), :] = [len(p), err.median(), err.quantile(0.9), p.ratio.median()]
+    table["cases"] = table.cases.astype(int)
+    return table
+
+
+def _misled(row) -> str:
+    """Which term misled the model on a case: the one it leaned on (its bound), and which way."""
+    way = "under" if row.ratio < 1 else "over"
+    return f"{way}-predicted {fmt_ratio(max(row.ratio, 1 / row.ratio))}; {row.bound}-bound by the model"
+
+
+def crossover_curves(p: pd.DataFrame, column: str) -> tuple[pd.DataFrame, float | None]:
+    """Paper-base forward, Transformer against the width-matched RNN: the time ratio RNN / Transformer by n
+    (``column``: measured or predicted) and the n where the Transformer overtakes (None: it never changes)."""
+    m = p[(p.area == "models") & (p.method == "forward") & (p.preset == "paper-base")]
+    if m.empty:
+        return pd.DataFrame(), None
+    curves = m.groupby(["seq_len", "model"])[column].median().unstack("model")
+    if not {"transformer", "rnn-width"} <= set(curves):
+        return pd.DataFrame(), None
+    curves = curves.dropna(subset=["transformer", "rnn-width"])
+    return curves, crossover(curves.index.astype(float), curves["transformer"], curves["rnn-width"])
+
+
+def heads_ratio(p: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
+    """Time of the most heads measured over 1 head at equal FLOPs, per strategy (multihead forward, out_proj
+    True), and that head count (an empty series without both)."""
+    m = p[(p.area == "multihead") & (p.method == "forward") & (p.out_proj.astype(str) == "True")]
+    if m.empty:
+        return pd.Series(dtype=float), 0
+    by = m.groupby(["strategy", "heads"])[column].median().unstack("heads")
+    if 1 not in by or by.columns.max() <= 1:
+        return pd.Series(dtype=float), 0
+    return (by[by.columns.max()] / by[1]).dropna(), int(by.columns.max())
+
+
+def analyse_prediction(t: pd.DataFrame) -> Analysis:
+    """Predicted against measured for every timed case of the run, per area; C1 and heads predicted."""
+    a = Analysis("prediction", "Predicted from the machine's constants, then measured", "model", "",
+                 units={"errors": "|predicted / measured - 1| by area (median, 90th percentile) and the median "
+                                  "predicted / measured", "worst": "seconds per call",
+                        "crossover": "RNN time / Transformer time (above 1: the Transformer is faster)",
+                        "heads": "time of the most heads measured / 1 head at equal FLOPs"})
+    p = pairs(t)
+    if p.empty:
+        return a.without("no predictions", "No predictions: the run has no measured constants or no recorded "
+                                           "operators (runs made before the performance model).")
+    errors = _errors(p)
+    a.tables["errors"] = errors
+    median, p90 = errors.loc[("all", "all", ""), "median_error"], errors.loc[("all", "all", ""), "p90_error"]
+    a.numbers.update(median_error=median, p90_error=p90, cases=len(p))
+    worst = p.assign(off=np.abs(np.log(p.ratio))).nlargest(WORST, "off")
+    a.tables["worst"] = pd.DataFrame({"case": [_label(r) for _, r in worst.iterrows()],
+                                      "measured": worst.measured.values, "predicted": worst.predicted.values,
+                                      "what misled it": [_misled(r) for _, r in worst.iterrows()]})
+    scatter = pd.DataFrame({"x": p.measured, "y": p.predicted,
+                            "group": p.area + " " + p.method + (" " + p.device if p.device.nunique() > 1 else "")})
+    a.plot("predicted_vs_measured", table=scatter, kind="scatter", ideal="identity",
+           xlabel="measured time per call (s)", ylabel="predicted time per call (s)",
+           title="Every timed case: predicted from the constants against measured")
+    areas = errors.drop(index=("all", "all", ""))
+    a.verdict = (f"Over {len(p)} timed cases the model's median error is {median:.0%} and its 90th percentile "
+                 f"{p90:.0%} (the goal: {TARGET_MEDIAN:.0%} and {TARGET_P90:.0%}; "
+                 f"{'met' if median <= TARGET_MEDIAN and p90 <= TARGET_P90 else 'not met'}). By area: "
+                 + "; ".join(f"{area} {method} on {device} {r.median_error:.0%} / {r.p90_error:.0%} (predicted / "
+                             f"measured {r.median_ratio:.2f})" for (device, area, method), r in areas.iterrows())
+                 + ". "
+                 + "Worst: " + "; ".join(f"{c} ({w})" for c, w in zip(a.tables["worst"]["case"],
+                                                                      a.tables["worst"]["what misled it"])) + ".")
+    first = p[p.device == sorted(set(p.device), key=lambda d: d != "cpu")[0]]  # the CPU where there is one
+    measured, cross_m = crossover_curves(first, "measured")
+    predicted, cross_p = crossover_curves(first, "predicted")
+    if not measured.empty:
+        a.tables["crossover"] = pd.DataFrame({"measured": measured["rnn-width"] / measured["transformer"],
+                                              "predicted": predicted["rnn-width"] / predicted["transformer"]})
+        say = lambda x: f"n ≈ {x:.0f}" if x else "none in the range"  # noqa: E731
+        steps = sorted(measured.index)
+        within = (cross_m is None) == (cross_p is None) and (
+            cross_m is None or abs(np.searchsorted(steps, cross_m) - np.searchsorted(steps, cross_p)) <= 1)
+        a.numbers.update(crossover_measured=cross_m or float("nan"), crossover_predicted=cross_p or float("nan"))
+        a.verdict += (f" C1 at paper-base (forward, against the width-matched RNN): the Transformer overtakes "
+                      f"at {say(cross_p)} predicted, {say(cross_m)} measured ("
+                      + ("within one grid step" if within else "more than one grid step apart: the model misses "
+                         "what decides it, see the worst cases") + ").")
+    (heads_m, h), (heads_p, _) = heads_ratio(first, "measured"), heads_ratio(first, "predicted")
+    if not heads_m.empty:
+        a.tables["heads"] = pd.DataFrame({"measured": heads_m, "predicted": heads_p})
+        a.verdict += f" {h} heads against 1 at equal FLOPs: " + "; ".join(
+            f"{s} {fmt_ratio(heads_p[s])} predicted, {fmt_ratio(heads_m[s])} measured" for s in heads_m.index) + "."
+    a.answer = (f"Predicted from micro-benchmarked constants alone: median error {median:.0%}, 90th percentile "
+                f"{p90:.0%} over {len(p)} cases"
+                + (f"; C1 crossover {'none' if not cross_p else f'n ≈ {cross_p:.0f}'} predicted, "
+                   f"{'none' if not cross_m else f'n ≈ {cross_m:.0f}'} measured." if not measured.empty else "."))
+    median_case = fmt_time(p.measured.median())
+    a.conditions = f"{conditions(t[t.metric == 'predicted_time'], n=False)}; median case {median_case}"
+    return a

@@ -1,0 +1,110 @@
+"""The performance model through a run: constants stored with the machine, every timed case predicted in the
+tidy table (``predicted_time`` with its ``bound``) from its operators and the constants only, the validation
+and roofline on the page, and ``python -m reports predict`` for another machine."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+from run_helpers import ROOT, in_process, measure
+
+from benchmarks import cases
+from benchmarks.core import perfmodel, records
+from reports import tidy
+from reports.__main__ import main
+from reports.analyses.c2_roofline import analyse_roofline
+from reports.analyses.prediction import analyse_prediction, pairs
+from reports.analyses.runs import latest
+
+PLAN = [("attention", {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
+                       "device": "cpu"}) for backend in ("math", "sdpa")] + [
+    ("multihead", {"heads": heads, "strategy": "batched", "out_proj": True, "device": "cpu"}) for heads in (1, 8)] + [
+    ("models", {"model": model, "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})
+    for model in ("transformer", "rnn-width")]
+SHEET = os.path.join(ROOT, "docs", "machines", "h100-sxm.json")
+TIMED = sum(len(cases.METHODS[area]) for area, _ in PLAN)  # a record per method of each case
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return measure(tmp_path_factory.mktemp("prediction") / "run", PLAN)
+
+
+def test_the_run_keeps_its_constants_and_each_case_its_operators(run):
+    saved = json.load(open(os.path.join(run, "machine.json")))
+    assert "cpu/float32/2" in saved["constants"] or saved["constants"]
+    for path in glob.glob(os.path.join(run, "cases", "*.json")):
+        rec = json.load(open(path))
+        assert rec["ops"] and sum(op["flops"] * op["count"] for op in rec["ops"]) > 0
+        assert set(rec["dispatches"]) <= {"view", "scope", "module"}
+
+
+def test_every_timed_case_is_predicted_with_its_bound(run):
+    t = tidy.load([run])
+    predicted = t[t.metric == "predicted_time"]
+    assert len(predicted) == len(t[t.metric == "time"]) == TIMED
+    assert predicted.bound.isin(perfmodel.BOUNDS).all() and (predicted.value > 0).all()
+    constants = t[t.area == "constants"]
+    assert {"gemm", "attention", "stream_copy", "op", "view"} <= set(constants.method)
+
+
+def test_the_prediction_reads_no_case_timing(run, tmp_path):
+    before = tidy.load([run])
+    copy = str(tmp_path / "copy")
+    shutil.copytree(run, copy)
+    for path in glob.glob(os.path.join(copy, "cases", "*.json")):
+        rec = json.load(open(path))
+        for r in [rec, *rec["rounds"]]:  # every time ten times longer, and the rates that follow from them
+            for key in ("time_median_s", "time_q25_s", "time_q75_s", "time_iqr_s", "median_s", "q25_s", "q75_s"):
+                if key in r:
+                    r[key] *= 10
+        for key in ("achieved_flops_per_s", "tokens_per_s", "fraction_of_peak"):
+            rec[key] /= 10
+        json.dump(rec, open(path, "w"))
+    assert not [p for p in glob.glob(os.path.join(copy, "cases", "*.json")) if records.problem(json.load(open(p)))]
+    after = tidy.load([copy])
+    pick = lambda t, m: t[t.metric == m].sort_values(["area", "method", "seq_len", "heads", "model"]).value.values  # noqa: E731
+    assert pick(after, "predicted_time") == pytest.approx(pick(before, "predicted_time"))
+    assert pick(after, "time") == pytest.approx(10 * pick(before, "time"))
+
+
+def test_the_page_validates_the_model_per_area_and_draws_the_roofline(run):
+    t = latest(tidy.load([run]))
+    p = pairs(t)
+    assert len(p) == TIMED and (p.ratio > 0).all()
+    a = analyse_prediction(t)
+    errors = a.tables["errors"]
+    assert set(errors.index.get_level_values("area")) == {"attention", "multihead", "models", "all"}
+    assert errors.loc[("all", "all", ""), "cases"] == len(p)
+    assert f"Over {len(p)} timed cases the model's median error is" in a.verdict and "Worst:" in a.verdict
+    assert [f.kind for f in a.figures] == ["scatter"] and len(a.tables["worst"]) == 5
+    assert set(a.tables["heads"].index) == {"batched"}
+    roof = analyse_roofline(t)
+    fig = next(f for f in roof.figures if f.kind == "scatter")
+    assert fig.roof[0] > 0 and fig.roof[1] > 0 and "ceiling" in roof.verdict
+
+
+def test_predict_prints_every_case_as_predicted(run, capsys, tmp_path):
+    csv = str(tmp_path / "h100.csv")
+    assert main(["predict", SHEET, "--run", run, "--csv", csv]) == 0
+    out = capsys.readouterr().out.splitlines()
+    cases = [line for line in out if not line.startswith("#") and "predicted" in line]
+    assert out[0] == "# predicted from h100-sxm.json, not measured"
+    assert len([c for c in cases if c.endswith("predicted, not measured")]) == TIMED
+    assert [line.split(": ")[1] for line in out if "heads / 1 head" in line] == ["8 heads / 1 head at equal FLOPs"] * 2
+    assert open(csv).read().count("predicted from h100-sxm.json") == TIMED
+
+
+def test_a_bad_datasheet_is_one_line_naming_the_field(run, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"peak_flops_per_s": 1e12, "bandwidth_bytes_per_s": 0, "op_overhead_s": 1e-6}))
+    code, err = in_process(capsys, "predict", str(bad), "--run", run)
+    assert code == 2 and err.strip() == ("error: bad.json: bandwidth_bytes_per_s is 0; give a positive number "
+                                         "(every one of peak_flops_per_s, bandwidth_bytes_per_s, op_overhead_s is "
+                                         "needed)")
+    code, err = in_process(capsys, "predict", SHEET, "--run", str(tmp_path / "none"))
+    assert code == 2 and "no such run folder" in err
