@@ -87,7 +87,8 @@ def test_a_datasheet_gives_its_peak_per_dtype_and_a_missing_dtype_is_named():
 def test_the_micro_benchmarks_give_positive_finite_figures():
     c = constants.measure("cpu", quick=True)
     rates = [r for k in c["kernels"].values() for r in k["flops_per_s"]]
-    figures = rates + [c["copy_bytes_per_s"], c["triad_bytes_per_s"], *c["overhead_s"].values()]
+    memory = c["memory"]["copy_bytes_per_s"] + c["memory"]["fresh_bytes_per_s"]
+    figures = rates + memory + [c["copy_bytes_per_s"], c["triad_bytes_per_s"], *c["overhead_s"].values()]
     assert all(math.isfinite(x) and x > 0 for x in figures), c
     assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(constants.OVERHEADS)
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3
@@ -120,6 +121,8 @@ def test_the_graph_records_each_kernel_shape_and_the_other_dispatches():
     assert g.dispatches["scope"] == 1 and g.dispatches["module"] == 1 and g.dispatches["view"] >= 2
     rows = g.summary()
     assert sum(r["count"] for r in rows) == g.launches and sum(r["flops"] * r["count"] for r in rows) == g.matmul_flops
+    addmm = next(op for op in g.ops if op.name == "aten.addmm.default")
+    assert addmm.written == 5 * 4 * 4 and addmm.bytes == addmm.written + (4 + 5 * 7 + 7 * 4) * 4
 
 
 def test_a_real_call_is_predicted_from_its_executed_operators():
@@ -131,3 +134,13 @@ def test_a_real_call_is_predicted_from_its_executed_operators():
     p = perfmodel.predict([Priced(**r) for r in graph.summary()], c, graph.dispatches)
     assert p.time_s > 0 and p.time_s == pytest.approx(p.compute_s + p.memory_s + p.overhead_s)
     assert p.time_s == pytest.approx(perfmodel.predict(graph.ops, c, graph.dispatches).time_s)
+
+
+def test_a_fresh_tensor_costs_its_page_faults_and_memory_is_priced_at_its_footprint():
+    memory = {"bytes": [2**20, 2**28], "copy_bytes_per_s": [1e11, 1e10], "fresh_bytes_per_s": [1e11, 1e9]}
+    c = perfmodel.Constants({"gemm": perfmodel.Grid.constant(1e11)}, 1e10, {"op": 0.0}, "test", memory=memory)
+    assert c.bandwidth_at(2**20) == pytest.approx(1e11) and c.bandwidth_at(2**40) == pytest.approx(1e10)
+    assert c.fresh_pages_s(2**20) == 0  # in use as fast as fresh: nothing extra
+    assert c.fresh_pages_s(2**28) == pytest.approx(2**28 / 1e9 - 2**28 / 1e10)
+    p = perfmodel.predict([Priced("aten.softmax.default", 0, 2**29, written=2**28)], c)
+    assert p.bound == "memory" and p.memory_s == pytest.approx(2**29 / 1e10 + 2**28 / 1e9 - 2**28 / 1e10)

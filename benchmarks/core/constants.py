@@ -1,7 +1,8 @@
 """A machine's constants, measured by micro-benchmarks and never fitted to the suite's cases: the rate of a
 matrix product and of the fused attention kernel over a grid of shapes (square, thin, batched, the shapes
 attention runs), the memory bandwidth of a STREAM-style copy and triad on arrays far beyond the last-level
-cache, and what one dispatch costs beyond its work (a computing operator, a view, a ``record_function``
+cache (and a copy's rate by size, with what a freshly allocated tensor costs to write), and what one
+dispatch costs beyond its work (a computing operator, a view, a ``record_function``
 scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A performance model
 (``perfmodel``) predicts a case from these alone.
 
@@ -45,6 +46,9 @@ FLOP_CAP = {"cpu": 2**29, "cuda": 2**36}
 ELEMENT_CAP = {"cpu": 2**23, "cuda": 2**28}
 #: elements of each STREAM array (float32): 256 MiB on the CPU, far beyond any last-level cache; 1 GiB on a GPU
 STREAM_ELEMENTS = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
+#: tensor sizes (bytes) at which a copy and a freshly allocated write are timed: from inside the caches to far
+#: beyond them, and across the allocator's switch to new pages per allocation (glibc: from 32 MiB)
+MEMORY_SIZES = {"cpu": (2**20, 2**22, 2**24, 2**26, 2**28), "cuda": (2**22, 2**24, 2**26, 2**28, 2**30)}
 #: tiny dispatches timed back to back for each overhead
 TINY_OPS = 1000
 #: the dispatch overheads measured, and what each is
@@ -153,6 +157,22 @@ def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: fl
     return {"copy_bytes_per_s": 8 * n / copy, "triad_bytes_per_s": 12 * n / triad}
 
 
+def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.05) -> dict[str, list]:
+    """At each size (bytes) of MEMORY_SIZES: the rate of a copy between two tensors already in use (bytes
+    read plus written per second: the bandwidth an operator of that footprint sees, caches included) and the
+    rate at which a new tensor of that size is allocated and written (bytes per second: where the allocator
+    hands out fresh pages, each first write is a page fault)."""
+    sizes = list(sizes or MEMORY_SIZES[device])
+    copy, fresh = [], []
+    for size in sizes:
+        n = size // 4
+        a, b = torch.ones(n, device=device), torch.empty(n, device=device)
+        copy.append(2 * size / _seconds(lambda a=a, b=b: b.copy_(a), min_run_time))
+        fresh.append(size / _seconds(lambda n=n: torch.ones(n, device=device), min_run_time))
+        del a, b
+    return {"bytes": sizes, "copy_bytes_per_s": copy, "fresh_bytes_per_s": fresh}
+
+
 def overheads(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.2) -> dict[str, float]:
     """Seconds each kind of dispatch (OVERHEADS) costs beyond its work: ``ops`` of them back to back."""
     x, y, z = (torch.ones(1, device=device) for _ in range(3))
@@ -185,4 +205,5 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
+            "memory": memory_rates(device, MEMORY_SIZES[device][::4] if quick else None, run_time / 4),
             "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}

@@ -53,6 +53,8 @@ class Op:
     flops: int
     bytes: int = 0
     shape: tuple[int, ...] = ()
+    #: bytes of the tensors it wrote (its outputs: fresh memory when the allocator hands out new pages)
+    written: int = 0
 
 
 @dataclass
@@ -66,9 +68,9 @@ class OpGraph:
     def summary(self) -> list[dict]:
         """The operators grouped by what prices them (name, FLOPs, bytes, shape) with a count each: a
         call's work in a few rows (JSON-ready; ``perfmodel.predict`` reads them)."""
-        rows = Counter((op.name, op.flops, op.bytes, op.shape) for op in self.ops)
-        return [{"name": n, "flops": f, "bytes": b, "shape": list(s), "count": c}
-                for (n, f, b, s), c in rows.items()]
+        rows = Counter((op.name, op.flops, op.bytes, op.shape, op.written) for op in self.ops)
+        return [{"name": n, "flops": f, "bytes": b, "shape": list(s), "written": w, "count": c}
+                for (n, f, b, s, w), c in rows.items()]
 
     @property
     def depth(self) -> int:
@@ -162,9 +164,10 @@ class _Recorder(TorchDispatchMode):
         formula, flops = self.formulas[func], 0
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
-        moved = sum(t.numel() * t.element_size() for t in flat_in + written if t.device.type != "meta")
+        out_bytes = sum(t.numel() * t.element_size() for t in written if t.device.type != "meta")
+        moved = out_bytes + sum(t.numel() * t.element_size() for t in flat_in if t.device.type != "meta")
         shape = _shape(name, args) if flops else ()
-        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape))
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes))
         return out
 
 

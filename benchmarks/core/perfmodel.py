@@ -3,7 +3,8 @@
 For each operator of the executed graph (``opgraph``: its FLOPs, the bytes it reads and writes, and for a
 matrix product or fused attention kernel its shape),
 
-    time = max(FLOPs / the kernel's rate at that shape, bytes / bandwidth) + the dispatch overhead
+    time = max(FLOPs / the kernel's rate at that shape, bytes / bandwidth at that footprint)
+           + the page faults of writing a fresh tensor of its output's size + the dispatch overhead
 
 summed over the operators, plus the overhead of the views, ``record_function`` scopes and module calls the
 call made ("Making Deep Learning Go Brrrr": compute, memory and overhead). The term that adds most names the
@@ -94,13 +95,34 @@ class Constants:
     overhead: dict[str, float]
     source: str
     notes: list[str] = field(default_factory=list)
+    #: a copy's rate and a fresh tensor's write rate by size (``constants.memory_rates``); None: the
+    #: bandwidth at every size and no cost for fresh pages
+    memory: dict | None = None
 
     @classmethod
     def measured(cls, c: dict) -> Constants:
-        """From ``constants.measure``'s dict: the kernels' rates, the better of copy and triad."""
+        """From ``constants.measure``'s dict: the kernels' rates, the better of copy and triad, the memory
+        rates by size."""
         return cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
                    max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
-                   f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads)")
+                   f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads)", memory=c.get("memory"))
+
+    def _by_size(self, key: str, size: float) -> float:
+        m = self.memory
+        return float(np.exp(np.interp(math.log(max(size, 1)), np.log(m["bytes"]), np.log(m[key]))))
+
+    def bandwidth_at(self, footprint: float) -> float:
+        """Bytes per second an operator reading and writing ``footprint`` bytes sees: a copy's rate at that
+        size (in cache above the STREAM figure, beyond the caches at it)."""
+        return self._by_size("copy_bytes_per_s", footprint) if self.memory else self.bandwidth
+
+    def fresh_pages_s(self, written: float) -> float:
+        """Seconds writing ``written`` bytes into a newly allocated tensor costs beyond writing them into
+        memory in use (the first-touch page faults where the allocator hands out new pages)."""
+        if not self.memory or not written:
+            return 0.0
+        return max(0.0, written / self._by_size("fresh_bytes_per_s", written)
+                   - written / self._by_size("copy_bytes_per_s", written))
 
     @classmethod
     def datasheet(cls, sheet: dict, name: str = "datasheet", dtype: str = "float32") -> Constants:
@@ -153,6 +175,7 @@ class Priced:
     flops: int
     bytes: int
     shape: tuple[int, ...] = ()
+    written: int = 0
     count: int = 1
 
 
@@ -180,11 +203,12 @@ def predict(ops: Iterable, constants: Constants, dispatches: dict[str, int] | No
     for op in ops:
         count = getattr(op, "count", 1)
         flop_s = op.flops / constants.rate(kernel_of(op.name), tuple(op.shape)) if op.flops else 0.0
-        byte_s = op.bytes / constants.bandwidth
+        byte_s = op.bytes / constants.bandwidth_at(op.bytes)
         if flop_s >= byte_s:
             compute += count * flop_s
         else:
             memory += count * byte_s
+        memory += count * constants.fresh_pages_s(getattr(op, "written", 0))
         overhead += count * constants.overhead["op"]
     for kind, n in (dispatches or {}).items():
         overhead += n * constants.overhead.get(kind, 0.0)
