@@ -32,7 +32,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     again = str(tmp_path / "again")
     assert main(["build", run, "--report", again]) == 0
     page = open(os.path.join(again, "index.html")).read()
-    assert page.count("<section") == 19 and "trace.json.gz" in page
+    assert page.count("<section") == 20 and "trace.json.gz" in page
 
     assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
     table = pd.read_csv(tmp_path / "t.csv")

@@ -1,5 +1,6 @@
 """The report in a real browser: headless Chromium loads it from disk, with no console errors, every image
-loaded and every section present, the answers table on the first screen and the plots at least 800 px wide;
+loaded and every section present (the performance model's scatter and the roofline among the plots), the
+answers table on the first screen and the plots at least 800 px wide;
 screenshots (the first screen, the whole page) are kept in artifacts/ (ATTENTION_BENCH_ARTIFACTS).
 
 By default the report is built from a short sweep of the quick grid; ATTENTION_BENCH_REPORT=<index.html>
@@ -93,6 +94,8 @@ def test_report_loads_in_headless_chromium(report):
         browser.close()
     assert not errors, errors
     assert images and all(ok for _, ok in images), [src for src, ok in images if not ok]
+    # the performance model's validation scatter and the full roofline are drawn and shown
+    assert {"prediction_predicted_vs_measured.png", "c2_roofline_roofline_cpu.png"} <= {src for src, _ in images}
     assert sections == section_keys(report)
     top, bottom, claims = answers
     assert top < 300, f"the answers table starts {top:.0f} px down, below the first screen's top"

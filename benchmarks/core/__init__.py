@@ -4,7 +4,9 @@
     guards        checks of user input before anything is measured
     machine       the machine's facts and its measured GEMM peaks
     telemetry     GPU power, clocks and energy (NVML)
-    opgraph       the executed operator graph: FLOPs per label, sequential depth, launches
+    opgraph       the executed operator graph: FLOPs per label, sequential depth, launches, bytes, shapes
+    constants     the machine's constants by micro-benchmark: kernel rates by shape, bandwidth, overheads
+    perfmodel     a call's time predicted from those constants and its operators (never from timings)
     measure       timing a case's method (torch.utils.benchmark), achieved FLOP/s, rounds
     gemm_floor    a call's matrix products recorded and replayed alone: the floor of a speed target
     profiler      torch.profiler breakdowns in the paper's components, memory, traces
