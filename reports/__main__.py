@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from benchmarks import cases, pairs
-from benchmarks.core import guards, pipeline, profiler
+from benchmarks.core import guards, pipeline, profiler, records
 
 from . import claims, history, html, measured, predict, tidy
 from .analyses import noise
@@ -213,7 +213,11 @@ def print_prediction(args) -> int:
     if not os.path.isdir(args.run):
         raise FileNotFoundError(f"--run {args.run!r}: no such run folder; measure one first (python -m reports) "
                                 "or name one")
-    print(predict.main(args.sheet, args.run, args.csv, args.dtype))
+    text, fields = predict.main(args.sheet, args.run, args.csv, args.dtype)
+    print(text)
+    if args.record:
+        commit = records.read_json(os.path.join(args.run, "machine.json")).get("commit")
+        measured.save(args.record, "prediction", commit, dtype=args.dtype, **fields)
     return 0
 
 
@@ -257,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the run whose cases are priced (default results/runs/<hostname>-default, the main job's)")
     p.add_argument("--dtype", default="float32", help="the datasheet's peak for this dtype (default float32)")
     p.add_argument("--csv", help="also write the table (every row labelled predicted) to this CSV")
+    p.add_argument("--record", help="save the verdicts as a record (docs/measured/; python -m reports measured)")
     args = parser.parse_args(argv)
     try:
         return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,

@@ -294,7 +294,21 @@ def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[s
     return lines
 
 
-RENDER = {"report": _report, "regression-check": _regression_check, "compare-with-torch": _compare_with_torch,
+def _prediction(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    bounds = ", ".join(f"{n} {b}-bound" for b, n in sorted(record["bounds"].items(), key=lambda kv: -kv[1]))
+    lines = [f"From the saved record [`{name}`]({link}) (`python -m reports predict {record['sheet']}`, "
+             f"{record['generated']}, commit {str(record['commit'])[:8]}): {record['source']}, for the "
+             f"{record['cases']} timed cases of `{record['run']}` ({_machine(record['machine'])}), from the operators "
+             f"each executed there ({record['dtype']} peak). Predicted {record['speedup_median']:.0f}x faster "
+             f"at the median ({record['speedup_min']:.1f}x-{record['speedup_max']:.0f}x); {bounds}.", ""]
+    lines += [f"- predicted, not measured: {v}" for v in record["predicted"]]
+    lines += [f"- measured on the run's machine: {v}" for v in record["measured"]]
+    lines += [f"- note: {n}" for n in record["notes"]]
+    return lines
+
+
+RENDER = {"report": _report, "prediction": _prediction, "regression-check": _regression_check,
+          "compare-with-torch": _compare_with_torch,
           "gate": _gate, "gate-sensitivity": _gate_sensitivity, "pairs": _pairs}
 
 

@@ -114,8 +114,18 @@ def report(table: pd.DataFrame, there: perfmodel.Constants, run: str) -> str:
     return "\n".join(lines)
 
 
-def main(sheet: str, run: str, csv: str | None = None, dtype: str = "float32") -> str:
+def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: str) -> dict:
+    """What a saved record of a prediction keeps (``python -m reports predict --record``)."""
+    speedup = table.measured / table.predicted
+    return {"sheet": sheet, "run": run, "source": there.source, "notes": there.notes, "cases": len(table),
+            "speedup_median": float(speedup.median()), "speedup_min": float(speedup.min()),
+            "speedup_max": float(speedup.max()), "bounds": table.bound.value_counts().to_dict(),
+            "predicted": verdicts(table, "predicted"), "measured": verdicts(table, "measured")}
+
+
+def main(sheet: str, run: str, csv: str | None = None, dtype: str = "float32") -> tuple[str, dict]:
+    """The lines to print and the record's fields."""
     table, there = predict_run(sheet, run, dtype)
     if csv:
         table.assign(label=there.source).to_csv(csv, index=False)
-    return report(table, there, run)
+    return report(table, there, run), summary(table, there, sheet, run)

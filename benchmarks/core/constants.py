@@ -157,7 +157,7 @@ def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: fl
     return {"copy_bytes_per_s": 8 * n / copy, "triad_bytes_per_s": 12 * n / triad}
 
 
-def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.05) -> dict[str, list]:
+def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.3) -> dict[str, list]:
     """At each size (bytes) of MEMORY_SIZES: the rate of a copy between two tensors already in use (bytes
     read plus written per second: the bandwidth an operator of that footprint sees, caches included) and the
     rate at which a new tensor of that size is allocated and written (bytes per second: where the allocator
@@ -205,5 +205,5 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
-            "memory": memory_rates(device, MEMORY_SIZES[device][::4] if quick else None, run_time / 4),
+            "memory": memory_rates(device, MEMORY_SIZES[device][::4] if quick else None, 0.02 if quick else 0.3),
             "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}

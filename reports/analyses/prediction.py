@@ -91,7 +91,18 @@ def analyse_prediction(t: pd.DataFrame) -> Analysis:
                  units={"errors": "|predicted / measured - 1| by area (median, 90th percentile) and the median "
                                   "predicted / measured", "worst": "seconds per call",
                         "crossover": "RNN time / Transformer time (above 1: the Transformer is faster)",
-                        "heads": "time of the most heads measured / 1 head at equal FLOPs"})
+                        "heads": "time of the most heads measured / 1 head at equal FLOPs",
+                        "constants": "the machine's constants by device and threads (micro-benchmarks: FLOP/s, "
+                                     "bytes/s, seconds per dispatch) beside the calibrated GEMM peak"})
+    constants = t[t.area == "constants"]
+    if not constants.empty:  # the machine's constants the predictions rest on, next to its GEMM peaks
+        c = constants.assign(what=constants.method + " " + constants.metric.str.replace("_", " "),
+                             at=constants.device + " " + constants.threads.astype(str).str.replace("<NA>", ""))
+        peaks = t[t.metric == "gemm_peak_flops_per_s"]
+        peaks = peaks.assign(what="calibrated GEMM peak flops per s",
+                             at=peaks.device + " " + peaks.threads.astype(str).str.replace("<NA>", ""))
+        a.tables["constants"] = pd.concat([c, peaks]).pivot_table(index="what", columns="at", values="value",
+                                                                  aggfunc="max")
     p = pairs(t)
     if p.empty:
         return a.without("no predictions", "No predictions: the run has no measured constants or no recorded "
