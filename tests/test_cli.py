@@ -92,11 +92,13 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
             assert any(a["verdict"] and a["conditions"] for a in record["analyses"] if not only or a["key"] in only)
         elif record.get("kind") == "pairs":
             assert records.pairs_problem(record) is None
+        elif record.get("kind") == "prediction":  # every case priced, every verdict labelled
+            assert record["cases"] > 0 and record["predicted"] and "not measured" in record["source"]
         elif record.get("kind") == "gate-sensitivity":  # every trial of every method counted within its cases
             trials = [t for by_head in record["results"].values() for ts in by_head.values() for t in ts]
             assert trials and all(0 <= t["slower"] <= t["cases"] for t in trials)
     expected = {"report", "gate-sensitivity"} if page == measured.README else {
-        "report", "regression-check", "compare-with-torch", "gate-sensitivity", "pairs"}
+        "report", "regression-check", "compare-with-torch", "gate-sensitivity", "pairs", "prediction"}
     assert kinds == expected, kinds
 
 
@@ -112,7 +114,7 @@ def test_a_measured_block_refuses_an_unknown_analysis_or_kind():
     assert "not run" in measured.markdown({**record, "analyses": [not_run]}, "r.json", ["c3_parallel"])
     with pytest.raises(ValueError, match="r.json: no analysis 'c9'; allowed: c5_softmax"):
         measured.markdown(record, "r.json", ["c9"])
-    with pytest.raises(ValueError, match="unknown record kind 'x'; allowed: report, regression-check"):
+    with pytest.raises(ValueError, match="unknown record kind 'x'; allowed: report, prediction, regression-check"):
         measured.markdown({**record, "kind": "x"}, "r.json")
 
 
