@@ -85,7 +85,7 @@ def verdicts(table: pd.DataFrame, column: str) -> list[str]:
     out = []
     curves, cross = crossover_curves(table, column)
     if not curves.empty:
-        ratios = ", ".join(f"n {n}: {curves.loc[n, 'rnn-width'] / curves.loc[n, 'transformer']:.2f}"
+        ratios = ", ".join(f"n {int(n)}: {curves.loc[n, 'rnn-width'] / curves.loc[n, 'transformer']:.2f}"
                            for n in curves.index)
         out.append(f"C1, paper-base forward, RNN time / Transformer time: {ratios}; the Transformer overtakes "
                    + (f"at n ≈ {cross:.0f}" if cross else "nowhere in the range" if
