@@ -72,7 +72,8 @@ def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, 
     """Every case on every rank in lockstep; rank 0 writes each record once all ranks have measured it."""
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())  # ranks on one machine share its cores
-    runner = Runner(out, min_run_time=args.min_run_time, name=pipeline.machine_name(args)) if rank == 0 else None
+    runner = Runner(out, min_run_time=args.min_run_time, name=pipeline.machine_name(args),
+                    quick_constants=args.grid == "quick") if rank == 0 else None
     current = [None]
     # a rank that dies mid-run: torchrun stops the others, which say so in one line (RankGuard); the records
     # written so far are whole (rank 0 writes a case's record after every rank has measured it)

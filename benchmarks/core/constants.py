@@ -201,7 +201,7 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
     grids = GRIDS[device]
     if quick:
         grids = {kind: {a: (v[0], v[-1]) for a, v in grid.items()} for kind, grid in grids.items()}
-    return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(),
+    return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),

@@ -105,7 +105,8 @@ class Constants:
         rates by size."""
         return cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
                    max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
-                   f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads)", memory=c.get("memory"))
+                   f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads"
+                   f"{', coarse grid' if c.get('quick') else ''})", memory=c.get("memory"))
 
     def _by_size(self, key: str, size: float) -> float:
         m = self.memory

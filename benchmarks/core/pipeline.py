@@ -112,7 +112,8 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None, extra
     guards.check_free_space(out, space_needed(todo, rounds) + extra[0],
                             "--out", f"{len(todo)} cases' records in {rounds} round{'s' * (rounds != 1)}{extra[1]}")
     one_machine(out, machine_name(args))
-    runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1))
+    runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1),
+                    quick_constants=args.grid == "quick")  # a quick look: the model's constants coarse too
     ranks = Ranks()
     try:
         lock = hold(out, ranks.rank, ranks.all_agree)

@@ -75,11 +75,12 @@ class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
     def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
-                 name: str | None = None, rounds: int = 1):
+                 name: str | None = None, rounds: int = 1, quick_constants: bool = False):
         guards.check_seconds("min_run_time", min_run_time)
         guards.check_seconds("telemetry_time", telemetry_time)
         self.rounds = guards.check_count("rounds", rounds, guards.MAX_ROUNDS)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
+        self.quick_constants = quick_constants  # the performance model's constants on a coarse grid (seconds)
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
         self.commit = commit()
@@ -146,7 +147,7 @@ class Runner:
         peaks = machine.best_peaks(*calibrations)
         kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
         write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "calibrations": calibrations,
-                                 "constants": {**machine_constants(threads, skip=kept), **kept},
+                                 "constants": {**machine_constants(threads, kept, self.quick_constants), **kept},
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
         return peaks
 
@@ -277,20 +278,20 @@ BUSY_SHARE = 0.5
 BUSY_SAMPLE_S = 0.5
 
 
-def machine_constants(threads: list[int], skip: Iterable[str] = ()) -> dict[str, dict]:
-    """The performance model's constants (``constants.measure``) of every device and dtype this machine
-    has, the CPU at its default thread count and at each of ``threads``, by ``machine.peak_key``; the keys
-    in ``skip`` are not measured."""
+def machine_constants(threads: list[int], skip: Iterable[str] = (), quick: bool = False) -> dict[str, dict]:
+    """The performance model's constants (``constants.measure``; ``quick``: its coarse grid) of every device
+    and dtype this machine has, the CPU at its default thread count and at each of ``threads``, by
+    ``machine.peak_key``; the keys in ``skip`` are not measured."""
     out = {}
     for t in sorted({torch.get_num_threads(), *threads}):
         key = machine.peak_key("cpu", "float32", t)
         if key not in skip:
             with cases.using_threads(t):
-                out[key] = constants.measure("cpu", "float32")
+                out[key] = constants.measure("cpu", "float32", quick)
     for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
         key = machine.peak_key("cuda", dtype, None)
         if key not in skip:
-            out[key] = constants.measure("cuda", dtype)
+            out[key] = constants.measure("cuda", dtype, quick)
     return out
 
 
