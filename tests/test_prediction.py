@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 
+import pandas as pd
 import pytest
 from run_helpers import ROOT, in_process, measure
 
@@ -17,7 +18,7 @@ from benchmarks.core import perfmodel, records
 from reports import tidy
 from reports.__main__ import main
 from reports.analyses.c2_roofline import analyse_roofline
-from reports.analyses.prediction import analyse_prediction, pairs
+from reports.analyses.prediction import _where, analyse_prediction, crossover_curves, pairs
 from reports.analyses.runs import latest
 
 PLAN = [("attention", {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
@@ -108,3 +109,17 @@ def test_a_bad_datasheet_is_one_line_naming_the_field(run, tmp_path, capsys):
                                          "needed)")
     code, err = in_process(capsys, "predict", SHEET, "--run", str(tmp_path / "none"))
     assert code == 2 and "no such run folder" in err
+
+
+def test_the_crossover_is_placed_predicted_and_measured_or_the_winner_named():
+    n = [16, 64, 128]
+    rnn = {"measured": [1.0, 1.5, 4.0], "predicted": [1.0, 3.0, 5.0]}  # the Transformer takes 2.0 throughout
+    p = pd.DataFrame([{"area": "models", "method": "forward", "preset": "paper-base", "model": model, "seq_len": s,
+                       **{k: 2.0 if model == "transformer" else v[i] for k, v in rnn.items()}}
+                      for i, s in enumerate(n) for model in ("transformer", "rnn-width")])
+    curves, cross = crossover_curves(p, "measured")
+    assert 64 < cross < 128 and list(curves.index) == n  # the RNN faster up to 64, slower at 128
+    assert 16 < crossover_curves(p, "predicted")[1] < 64
+    flat = p.assign(measured=p.measured.where(p.model == "transformer", 1.0))
+    curves, cross = crossover_curves(flat, "measured")
+    assert cross is None and _where(cross, curves) == "nowhere in n = 16..128 (the RNN faster throughout)"

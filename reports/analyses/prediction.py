@@ -73,6 +73,14 @@ def crossover_curves(p: pd.DataFrame, column: str) -> tuple[pd.DataFrame, float 
     return curves, crossover(curves.index.astype(float), curves["transformer"], curves["rnn-width"])
 
 
+def _where(cross: float | None, curves: pd.DataFrame) -> str:
+    """Where the Transformer overtakes the RNN, or who is faster over the whole range when it never does."""
+    if cross:
+        return f"at n ≈ {cross:.0f}"
+    faster = "the RNN" if (curves["rnn-width"] < curves["transformer"]).all() else "the Transformer"
+    return f"nowhere in n = {int(min(curves.index))}..{int(max(curves.index))} ({faster} faster throughout)"
+
+
 def heads_ratio(p: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
     """Time of the most heads measured over 1 head at equal FLOPs, per strategy (multihead forward, out_proj
     True), and that head count (an empty series without both)."""
@@ -135,13 +143,12 @@ def analyse_prediction(t: pd.DataFrame) -> Analysis:
     if not measured.empty:
         a.tables["crossover"] = pd.DataFrame({"measured": measured["rnn-width"] / measured["transformer"],
                                               "predicted": predicted["rnn-width"] / predicted["transformer"]})
-        say = lambda x: f"n ≈ {x:.0f}" if x else "none in the range"  # noqa: E731
         steps = sorted(measured.index)
         within = (cross_m is None) == (cross_p is None) and (
             cross_m is None or abs(np.searchsorted(steps, cross_m) - np.searchsorted(steps, cross_p)) <= 1)
         a.numbers.update(crossover_measured=cross_m or float("nan"), crossover_predicted=cross_p or float("nan"))
-        a.verdict += (f" C1 at paper-base (forward, against the width-matched RNN): the Transformer overtakes "
-                      f"at {say(cross_p)} predicted, {say(cross_m)} measured ("
+        a.verdict += (f" C1 at paper-base (forward, against the width-matched RNN), where the Transformer "
+                      f"overtakes: {_where(cross_p, predicted)} predicted, {_where(cross_m, measured)} measured ("
                       + ("within one grid step" if within else "more than one grid step apart: the model misses "
                          "what decides it, see the worst cases") + ").")
     (heads_m, h), (heads_p, _) = heads_ratio(first, "measured"), heads_ratio(first, "predicted")
