@@ -28,6 +28,10 @@ DAMAGE = [
     ({"achieved_flops_per_s": 1e15}, "achieved_flops_per_s 1e+15 is not matmul_flops / time_median_s"),
     ({"tokens_per_s": 1.0}, "tokens_per_s 1 is not tokens / time_median_s"),
     ({"time_q75_s": 0.0}, "quartiles are out of order"),
+    ({"ops": [{"name": "aten.mm.default", "flops": "many"}]}, "ops is not a list of operators, each with exactly"),
+    ({"ops": [{"name": "aten.mm.default", "flops": -1, "bytes": 8, "shape": [], "written": 4, "count": 1}]},
+     "counts must be whole numbers, none negative"),
+    ({"dispatches": {"view": -3}}, "dispatches is {'view': -3}, not counts of views"),
 ]
 
 

@@ -129,10 +129,27 @@ def problem(record: dict) -> str | None:
             return f"{field} is {record[field]!r}, not a finite number"
     if record["status"] != "ok":
         return None
+    if "ops" in record and _ops_problem(record):
+        return _ops_problem(record)
     if "time_median_s" in record:
         return _time_problem(record)
     if record.get("sequential_depth") is None:
         return "an ok record with neither a time (time_median_s) nor a graph (sequential_depth)"
+    return None
+
+
+def _ops_problem(record: dict) -> str | None:
+    """What is wrong with the operators a record says its call executed (``opgraph.OpGraph.summary``), or None."""
+    ops, dispatches = record["ops"], record.get("dispatches", {})
+    fields = {"name": str, "flops": int, "bytes": int, "shape": list, "written": int, "count": int}
+    if not isinstance(ops, list) or not all(isinstance(op, dict) and set(op) == set(fields) for op in ops):
+        return f"ops is not a list of operators, each with exactly {', '.join(fields)}"
+    for op in ops:
+        if not all(isinstance(op[f], kind) and not isinstance(op[f], bool) for f, kind in fields.items()) or min(
+                op["flops"], op["bytes"], op["written"], op["count"] - 1) < 0:
+            return f"ops holds {op!r}: counts must be whole numbers, none negative"
+    if not isinstance(dispatches, dict) or not all(isinstance(n, int) and n >= 0 for n in dispatches.values()):
+        return f"dispatches is {dispatches!r}, not counts of views, scopes and module calls"
     return None
 
 
