@@ -17,7 +17,7 @@ from benchmarks.core.records import read_json
 
 from . import tidy
 from .analyses.base import fmt_ratio, fmt_time
-from .analyses.prediction import crossover_curves, heads_ratio
+from .analyses.prediction import crossover_curves, heads_ratio, where_overtakes
 
 
 def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constants | None = None,
@@ -38,7 +38,7 @@ def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constan
         if not keys:
             raise ValueError(f"{path}: no measured constants for {dtype}"
                              + (f" at {threads} threads" if threads else "") + f"; it has {list(sheet['constants'])}")
-        key = max(keys, key=lambda k: int(k.split("/")[2]) if k.split("/")[2].isdigit() else 0)
+        key = _most_threads(keys)
         c = perfmodel.Constants.measured(sheet["constants"][key])
         c.source = f"predicted from {name}'s measured constants ({key}), not measured on it"
         return c
@@ -52,9 +52,15 @@ def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constan
     return c
 
 
+def _most_threads(keys) -> str | None:
+    """Of ``machine.peak_key`` keys, the one at the most CPU threads (a GPU's ``default`` counts as none)."""
+    threads = lambda k: int(k.split("/")[2]) if k.split("/")[2].isdigit() else 0  # noqa: E731
+    return max(keys, key=threads, default=None)
+
+
 def _host(saved: dict) -> perfmodel.Constants | None:
     measured = saved.get("constants") or {}
-    key = max(measured, key=lambda k: int(k.split("/")[2]) if k.split("/")[2].isdigit() else 0, default=None)
+    key = _most_threads(measured)
     return perfmodel.Constants.measured(measured[key]) if key else None
 
 
@@ -88,8 +94,7 @@ def verdicts(table: pd.DataFrame, column: str) -> list[str]:
         ratios = ", ".join(f"n {int(n)}: {curves.loc[n, 'rnn-width'] / curves.loc[n, 'transformer']:.2f}"
                            for n in curves.index)
         out.append(f"C1, paper-base forward, RNN time / Transformer time: {ratios}; the Transformer overtakes "
-                   + (f"at n ≈ {cross:.0f}" if cross else "nowhere in the range" if
-                      (curves["rnn-width"] < curves["transformer"]).all() else "everywhere in the range"))
+                   + where_overtakes(cross, curves))
     heads, h = heads_ratio(table, column)
     if not heads.empty:
         out.append(f"{h} heads / 1 head at equal FLOPs: " + ", ".join(f"{s} {fmt_ratio(r)}" for s, r in heads.items()))

@@ -105,9 +105,8 @@ def counted(folder: str) -> tuple[dict, list[dict]]:
 def _constants_key(rec: dict, saved: dict) -> str:
     """The ``machine.peak_key`` of the constants that price a record: its device, dtype and threads, a CPU
     record without a thread count at the run's default."""
-    device, dtype = rec["params"].get("device", "cpu"), rec["params"].get("dtype", "float32")
-    threads = rec.get("threads") or saved["machine"].get("torch_threads")
-    return f"{device}/{dtype}/{threads if device == 'cpu' else 'default'}"
+    key = _peak_key(rec)
+    return key.replace("/default", f"/{saved['machine'].get('torch_threads')}") if key.startswith("cpu/") else key
 
 
 def _constants(saved: dict) -> dict[str, perfmodel.Constants]:

@@ -18,7 +18,7 @@ from benchmarks.core import perfmodel, records
 from reports import tidy
 from reports.__main__ import main
 from reports.analyses.c2_roofline import analyse_roofline
-from reports.analyses.prediction import _where, analyse_prediction, crossover_curves, pairs
+from reports.analyses.prediction import analyse_prediction, crossover_curves, pairs, where_overtakes
 from reports.analyses.runs import latest
 
 PLAN = [("attention", {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
@@ -122,4 +122,4 @@ def test_the_crossover_is_placed_predicted_and_measured_or_the_winner_named():
     assert 16 < crossover_curves(p, "predicted")[1] < 64
     flat = p.assign(measured=p.measured.where(p.model == "transformer", 1.0))
     curves, cross = crossover_curves(flat, "measured")
-    assert cross is None and _where(cross, curves) == "nowhere in n = 16..128 (the RNN faster throughout)"
+    assert cross is None and where_overtakes(cross, curves) == "nowhere in n = 16..128 (the RNN faster throughout)"

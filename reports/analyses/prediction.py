@@ -73,7 +73,7 @@ def crossover_curves(p: pd.DataFrame, column: str) -> tuple[pd.DataFrame, float 
     return curves, crossover(curves.index.astype(float), curves["transformer"], curves["rnn-width"])
 
 
-def _where(cross: float | None, curves: pd.DataFrame) -> str:
+def where_overtakes(cross: float | None, curves: pd.DataFrame) -> str:
     """Where the Transformer overtakes the RNN, or who is faster over the whole range when it never does."""
     if cross:
         return f"at n ≈ {cross:.0f}"
@@ -147,8 +147,9 @@ def analyse_prediction(t: pd.DataFrame) -> Analysis:
         within = (cross_m is None) == (cross_p is None) and (
             cross_m is None or abs(np.searchsorted(steps, cross_m) - np.searchsorted(steps, cross_p)) <= 1)
         a.numbers.update(crossover_measured=cross_m or float("nan"), crossover_predicted=cross_p or float("nan"))
+        said_p, said_m = where_overtakes(cross_p, predicted), where_overtakes(cross_m, measured)
         a.verdict += (f" C1 at paper-base (forward, against the width-matched RNN), where the Transformer "
-                      f"overtakes: {_where(cross_p, predicted)} predicted, {_where(cross_m, measured)} measured ("
+                      f"overtakes: {said_p} predicted, {said_m} measured ("
                       + ("within one grid step" if within else "more than one grid step apart: the model misses "
                          "what decides it, see the worst cases") + ").")
     (heads_m, h), (heads_p, _) = heads_ratio(first, "measured"), heads_ratio(first, "predicted")
