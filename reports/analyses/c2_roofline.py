@@ -84,14 +84,17 @@ def _roofline(t: pd.DataFrame, a: Analysis) -> list[str]:
         wide["kind"] = wide.area + " " + wide.backend.astype(str) + wide.strategy.astype(str)
         wide["intensity"] = wide.matmul_flops / wide.bytes_moved
         peak, bandwidth = roof
+        shape = ", ".join(f"{k} {v}" for k, v in cases.MULTIHEAD_SHAPE.items())
         a.numbers[f"ridge_{device}"] = ridge = peak / bandwidth
         a.tables[f"roofline_{device}"] = wide.groupby("kind").intensity.median().to_frame("median_intensity")
         a.plot(f"roofline_{device}", table=pd.DataFrame({"x": wide.intensity, "y": wide.achieved_flops_per_s,
                                                          "group": wide.kind}),
                kind="scatter", roof=roof, scale=1e-9, xlabel="arithmetic intensity (matmul FLOP per byte moved)",
-               ylabel="achieved matmul GFLOP/s", title=f"Roofline on {device}: attention and multi-head cases")
+               ylabel="achieved matmul GFLOP/s", title=f"Roofline on {device}: attention, and multi-head at {shape}")
         under = [f"{kind} under the {'compute' if i >= ridge else 'memory'} ceiling (intensity {i:.0f})"
                  for kind, i in a.tables[f"roofline_{device}"].median_intensity.items()]
-        sentences.append(f"Roofline on {device} (ridge at {ridge:.1f} FLOP/byte: {peak / 1e9:.0f} GFLOP/s peak, "
-                         f"{bandwidth / 1e9:.0f} GB/s): " + "; ".join(under) + ".")
+        sentences.append(f"Roofline on {device}, forward, {conditions(rows, n=False)} "
+                         f"(attention at batch × n = {cases.TOKENS.get(device, '?')} tokens, multi-head at {shape}; "
+                         f"ridge at {ridge:.1f} FLOP/byte: {peak / 1e9:.0f} GFLOP/s peak, {bandwidth / 1e9:.0f} GB/s): "
+                         + "; ".join(under) + ".")
     return sentences

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from benchmarks import cases
+
 from .. import tidy
 from .base import Analysis, conditions, fmt_ratio, fmt_time
 from .fits import crossover
@@ -148,19 +150,22 @@ def analyse_prediction(t: pd.DataFrame) -> Analysis:
             cross_m is None or abs(np.searchsorted(steps, cross_m) - np.searchsorted(steps, cross_p)) <= 1)
         a.numbers.update(crossover_measured=cross_m or float("nan"), crossover_predicted=cross_p or float("nan"))
         said_p, said_m = where_overtakes(cross_p, predicted), where_overtakes(cross_m, measured)
-        a.verdict += (f" C1 at paper-base (forward, against the width-matched RNN), where the Transformer "
-                      f"overtakes: {said_p} predicted, {said_m} measured ("
+        batch = "/".join(str(b) for b in sorted(set(first[first.area == "models"].batch) - {""}))
+        a.verdict += (f" C1 at paper-base (forward, batch {batch}, against the width-matched RNN), where the "
+                      f"Transformer overtakes: {said_p} predicted, {said_m} measured ("
                       + ("within one grid step" if within else "more than one grid step apart: the model misses "
                          "what decides it, see the worst cases") + ").")
     (heads_m, h), (heads_p, _) = heads_ratio(first, "measured"), heads_ratio(first, "predicted")
     if not heads_m.empty:
         a.tables["heads"] = pd.DataFrame({"measured": heads_m, "predicted": heads_p})
-        a.verdict += f" {h} heads against 1 at equal FLOPs: " + "; ".join(
+        shape = ", ".join(f"{k} {v}" for k, v in cases.MULTIHEAD_SHAPE.items())
+        a.verdict += f" {h} heads against 1 at equal FLOPs ({shape}, with W_O): " + "; ".join(
             f"{s} {fmt_ratio(heads_p[s])} predicted, {fmt_ratio(heads_m[s])} measured" for s in heads_m.index) + "."
     a.answer = (f"Predicted from micro-benchmarked constants alone: median error {median:.0%}, 90th percentile "
                 f"{p90:.0%} over {len(p)} cases"
                 + (f"; C1 crossover {'none' if not cross_p else f'n ≈ {cross_p:.0f}'} predicted, "
                    f"{'none' if not cross_m else f'n ≈ {cross_m:.0f}'} measured." if not measured.empty else "."))
     median_case = fmt_time(p.measured.median())
-    a.conditions = f"{conditions(t[t.metric == 'predicted_time'], n=False)}; median case {median_case}"
+    a.conditions = (f"every timed case of the run at its own sizes (named in the tables), "
+                    f"{conditions(t[t.metric == 'predicted_time'], n=False)}; median case {median_case}")
     return a
