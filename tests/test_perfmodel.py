@@ -4,6 +4,7 @@ graph records for it (benchmarks.core.opgraph), and datasheets with bad fields."
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -94,6 +95,15 @@ def test_the_micro_benchmarks_give_positive_finite_figures():
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3
     grid = perfmodel.Grid.from_json(c["kernels"]["gemm"])
     assert grid.rates.shape == (2, 2, 2, 2)
+
+
+def test_a_grid_keeps_its_axes_order_through_a_record_written_with_sorted_keys():
+    c = constants.kernel_rates("gemm", grid={"batch": (1,), "m": (2, 64), "n": (3,), "k": (4, 256)},
+                               block_time=1e-4)
+    grid = perfmodel.Grid.from_json(json.loads(json.dumps(c, sort_keys=True)))
+    assert list(grid.axes) == ["batch", "m", "n", "k"] and grid.rates.shape == (1, 2, 1, 2)
+    # the rates in itertools.product order: (m, k) = (2, 4), (2, 256), (64, 4), (64, 256)
+    assert grid.rate((1, 64, 3, 4)) == pytest.approx(c["flops_per_s"][2])
 
 
 def test_a_grid_point_too_big_to_time_is_timed_smaller_batch_first():

@@ -135,7 +135,8 @@ KERNELS = {"gemm": (gemm_flops, gemm_elements, _gemm_call),
 def kernel_rates(kind: str, device: str = "cpu", dtype: str = "float32", grid: dict | None = None,
                  block_time: float = 0.003) -> dict:
     """FLOP/s of ``kind`` (a KERNELS name) at every point of ``grid`` (default GRIDS[device][kind]):
-    ``{"axes": {name: values}, "flops_per_s": [...]}``, the rates in the order of itertools.product."""
+    ``{"axes": [[name, values], ...], "flops_per_s": [...]}``, the rates in the order of itertools.product over
+    the axes in that order (a list of pairs: records are written with sorted keys, which would reorder a dict)."""
     flops, elements, call = KERNELS[kind]
     grid = grid or GRIDS[device][kind]
     dt, rates, timed = getattr(torch, dtype), [], {}
@@ -144,7 +145,7 @@ def kernel_rates(kind: str, device: str = "cpu", dtype: str = "float32", grid: d
         if dims not in timed:
             timed[dims] = flops(*dims) / _kernel_seconds(call(device, dt, *dims), block_time)
         rates.append(timed[dims])
-    return {"axes": {name: list(values) for name, values in grid.items()}, "flops_per_s": rates}
+    return {"axes": [[name, list(values)] for name, values in grid.items()], "flops_per_s": rates}
 
 
 def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: float = 0.2) -> dict[str, float]:

@@ -54,8 +54,11 @@ class Grid:
 
     @classmethod
     def from_json(cls, d: dict) -> Grid:
-        shape = [len(v) for v in d["axes"].values()]
-        return cls({k: list(v) for k, v in d["axes"].items()}, np.asarray(d["flops_per_s"], float).reshape(shape))
+        """From ``constants.kernel_rates``: axes as [name, values] pairs in the rates' order (a dict is read in
+        its own order)."""
+        axes = dict(d["axes"]) if isinstance(d["axes"], list) else d["axes"]
+        shape = [len(v) for v in axes.values()]
+        return cls({k: list(v) for k, v in axes.items()}, np.asarray(d["flops_per_s"], float).reshape(shape))
 
     @classmethod
     def constant(cls, rate: float, dims: int = 4) -> Grid:
