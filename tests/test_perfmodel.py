@@ -135,6 +135,12 @@ def test_the_graph_records_each_kernel_shape_and_the_other_dispatches():
     assert addmm.written == 5 * 4 * 4 and addmm.bytes == addmm.written + (4 + 5 * 7 + 7 * 4) * 4
 
 
+def test_an_embedding_lookup_reads_the_rows_it_gathers_not_the_whole_table():
+    table, ids = torch.nn.Embedding(10_000, 16), torch.randint(0, 10_000, (4, 3))
+    (op,) = opgraph.record(lambda: table(ids)).ops
+    assert op.written == 4 * 3 * 16 * 4 and op.bytes == 2 * op.written + ids.numel() * 8
+
+
 def test_a_real_call_is_predicted_from_its_executed_operators():
     case = cases.build("attention", {"seq_len": 128, "d_head": 64, "backend": "math", "causal": False,
                                      "dtype": "float32", "device": "cpu"})

@@ -39,6 +39,9 @@ from transformer import flops
 #: operators that move no data and compute nothing, beyond the aliasing views (func.is_view)
 #: (``_unsafe_view`` is a view whose schema does not say so)
 _FREE = {"aten.detach.default", "aten.lift_fresh.default", "aten._unsafe_view.default"}
+#: operators that read only the rows of their first input (a table) that they write out: its bytes read are
+#: its output's, not the whole table's (an embedding lookup touches batch x length rows of the vocabulary)
+_GATHERS = {"aten.embedding.default", "aten.index_select.default"}
 
 
 @dataclass
@@ -109,6 +112,10 @@ def _tensors(obj) -> list[torch.Tensor]:
     return []
 
 
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t.device.type != "meta")
+
+
 def _shape(name: str, args) -> tuple[int, ...]:
     """(batch, m, n, k) of a matrix product C (m x n) = A (m x k) B (k x n) done ``batch`` times; (batch x
     heads, query length, key length, head dim) of a fused attention kernel; () for anything else."""
@@ -175,8 +182,9 @@ class _Recorder(TorchDispatchMode):
         formula, flops = self.formulas[func], 0
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
-        out_bytes = sum(t.numel() * t.element_size() for t in written if t.device.type != "meta")
-        moved = out_bytes + sum(t.numel() * t.element_size() for t in flat_in if t.device.type != "meta")
+        out_bytes = _nbytes(written)
+        read = flat_in[1:] if name in _GATHERS else flat_in
+        moved = out_bytes + _nbytes(read) + (out_bytes if name in _GATHERS else 0)
         shape = _shape(name, args) if flops else ()
         self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes))
         return out
