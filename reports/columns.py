@@ -23,7 +23,8 @@ UNITS = {
 PREDICTED = {"predicted_time": "s", "predicted_compute": "s", "predicted_memory": "s", "predicted_overhead": "s",
              "bytes_moved": "bytes"}
 #: the machine's constants, area "constants" (method: the kernel, the STREAM kernel or the dispatch kind)
-CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s", "overhead_s": "s"}
+CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s", "overhead_s": "s",
+             "written_bytes_per_s": "B/s", "cache_bytes": "B"}
 #: metrics of the executed graph (the depth area's one method, "graph"), not of a timing
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}

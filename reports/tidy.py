@@ -115,7 +115,8 @@ def _constants(saved: dict) -> dict[str, perfmodel.Constants]:
 
 
 def _constant_rows(saved: dict, base: dict) -> list[dict]:
-    """Area ``constants``: each kernel's best rate, the STREAM bandwidths and the dispatch overheads."""
+    """Area ``constants``: each kernel's best rate, the STREAM bandwidths, each pointwise operator's rate
+    beyond the caches, the last-level cache and the dispatch overheads."""
     rows = []
     for key, c in (saved.get("constants") or {}).items():
         device, dtype, threads = key.split("/")
@@ -125,6 +126,11 @@ def _constant_rows(saved: dict, base: dict) -> list[dict]:
         values += [("stream_copy", "bandwidth_bytes_per_s", c["copy_bytes_per_s"]),
                    ("stream_triad", "bandwidth_bytes_per_s", c["triad_bytes_per_s"])]
         values += [(kind, "overhead_s", seconds) for kind, seconds in c["overhead_s"].items()]
+        if c.get("pointwise"):
+            values += [(kind, "written_bytes_per_s", rates[-1])
+                       for kind, rates in c["pointwise"]["written_bytes_per_s"].items()]
+        if c.get("cache_bytes"):
+            values.append(("last_level", "cache_bytes", c["cache_bytes"]))
         rows.extend({**at, "method": method, "metric": metric, "unit": CONSTANTS[metric], "value": value}
                     for method, metric, value in values)
     return rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -66,6 +67,44 @@ def test_each_kernel_is_priced_at_its_own_grid():
     assert perfmodel.predict([other], c).time_s == pytest.approx(1e-2)
 
 
+def test_a_thin_product_whose_weight_is_not_in_the_cache_is_priced_at_the_cold_rate():
+    cold = perfmodel.Grid({"batch": [1], "m": [1, 128], "n": [1], "k": [1]}, np.full((1, 2, 1, 1), 1e10))
+    c = perfmodel.Constants({"gemm": perfmodel.Grid.constant(1e11), "gemm_cold": cold}, 1e12, {"op": 0.0}, "test")
+    thin, wide = (1, 8, 512, 512), (1, 1024, 512, 512)
+    for dims, rate in ((thin, 1e10), (wide, 1e11)):  # a wide product hides where its weight comes from
+        op = Priced("aten.mm.default", 10**9, 0, dims, cold=512 * 512 * 4)
+        assert perfmodel.predict([op], c).time_s == pytest.approx(1e9 / rate)
+        assert perfmodel.predict([replace(op, cold=0)], c).time_s == pytest.approx(1e-2)  # in cache: hot
+    weights = Priced("aten.add.Tensor", 0, 10**6, cold=10**10)  # its cold bytes at the bandwidth
+    assert perfmodel.predict([weights], c).time_s == pytest.approx(1e-2)
+
+
+def test_a_transcendental_is_priced_at_its_measured_rate_where_that_is_slower_than_its_traffic():
+    pointwise = {"bytes": [2**10, 2**20], "written_bytes_per_s": {"tanh": [1e8, 1e9]}}
+    c = perfmodel.Constants({"gemm": perfmodel.Grid.constant(1e11)}, 1e10, {"op": 0.0}, "test", pointwise=pointwise)
+    tanh = perfmodel.predict([Priced("aten.tanh.default", 0, 2**21, written=2**20)], c)
+    assert tanh.bound == "compute" and tanh.time_s == pytest.approx(2**20 / 1e9)
+    assert perfmodel.predict([Priced("aten.tanh_.default", 0, 2**11, written=2**10)], c).time_s == pytest.approx(
+        2**10 / 1e8)
+    add = perfmodel.predict([Priced("aten.add.Tensor", 0, 2**21, written=2**20)], c)  # no rate: its traffic
+    assert add.bound == "memory" and add.time_s == pytest.approx(2**21 / 1e10)
+
+
+def test_the_bytes_read_from_beyond_the_cache_are_a_large_models_weights_not_a_small_ones():
+    x, weights = torch.randn(4, 256), [torch.randn(256, 256) for _ in range(8)]  # 256 KiB each
+
+    def call():
+        h = x
+        for w in weights:
+            h = h @ w
+
+    g = opgraph.record(call)
+    small = g.summary(cache_bytes=2**20)  # the 2 MiB of weights do not fit: each is read from memory
+    assert sum(r["count"] for r in small if r["cold"] >= 256 * 256 * 4) == len(weights)
+    assert all(r["cold"] == 0 for r in g.summary(cache_bytes=2**24))  # they fit: after the first call, none
+    assert all(r["cold"] == 0 for r in g.summary())  # no cache size given: nothing marked
+
+
 @pytest.mark.parametrize("field", perfmodel.DATASHEET_FIELDS)
 @pytest.mark.parametrize("bad", [None, 0, -1.0, float("nan"), "fast", True])
 def test_a_datasheet_with_a_missing_or_non_positive_field_is_named(field, bad):
@@ -89,7 +128,11 @@ def test_the_micro_benchmarks_give_positive_finite_figures():
     c = constants.measure("cpu", quick=True)
     rates = [r for k in c["kernels"].values() for r in k["flops_per_s"]]
     memory = c["memory"]["copy_bytes_per_s"] + c["memory"]["fresh_bytes_per_s"]
-    figures = rates + memory + [c["copy_bytes_per_s"], c["triad_bytes_per_s"], *c["overhead_s"].values()]
+    pointwise = [r for rates in c["pointwise"]["written_bytes_per_s"].values() for r in rates]
+    figures = rates + memory + pointwise + [c["copy_bytes_per_s"], c["triad_bytes_per_s"], *c["overhead_s"].values()]
+    assert set(c["pointwise"]["written_bytes_per_s"]) == set(constants.POINTWISE) == set(
+        perfmodel.POINTWISE_OF.values())
+    assert isinstance(c["cache_bytes"], int) and c["cache_bytes"] >= 2**16  # Linux lists its CPU caches
     assert all(math.isfinite(x) and x > 0 for x in figures), c
     assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(constants.OVERHEADS)
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3

@@ -1,7 +1,9 @@
 """A machine's constants, measured by micro-benchmarks and never fitted to the suite's cases: the rate of a
 matrix product and of the fused attention kernel over a grid of shapes (square, thin, batched, the shapes
 attention runs), the memory bandwidth of a STREAM-style copy and triad on arrays far beyond the last-level
-cache (and a copy's rate by size, with what a freshly allocated tensor costs to write), and what one
+cache (and a copy's rate by size, with what a freshly allocated tensor costs to write), the rate of the
+operators whose arithmetic can outweigh their memory traffic (tanh, sigmoid, exp, GELU, softmax, layer norm),
+and what one
 dispatch costs beyond its work (a computing operator, a view, a ``record_function``
 scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A performance model
 (``perfmodel``) predicts a case from these alone.
@@ -11,6 +13,7 @@ scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A perfo
 
 from __future__ import annotations
 
+import glob
 import itertools
 
 import torch
@@ -18,20 +21,24 @@ import torch.nn.functional as F
 import torch.utils.benchmark as tb
 
 #: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
-#: done ``batch`` times, and (batch x heads, query length, key length, head dim) for fused attention; the
-#: rate between grid points is interpolated in log space (``perfmodel.Grid``)
+#: done ``batch`` times (``gemm_cold``: thin products, whose B, the weight, is read from beyond the last-level
+#: cache; a wider product reads each byte of B for so many rows that where B comes from does not show), and
+#: (batch x heads, query length, key length, head dim) for fused attention; the rate between grid points is
+#: interpolated in log space (``perfmodel.Grid``)
 GRIDS = {
     "cpu": {
         "gemm": {"batch": (1, 16, 256), "m": (1, 16, 128, 1024), "n": (1, 16, 128, 1024),
                  "k": (1, 16, 128, 1024)},
+        "gemm_cold": {"batch": (1,), "m": (1, 16, 128), "n": (16, 128, 1024, 8192), "k": (16, 128, 1024)},
         "attention": {"batch": (8, 64, 512), "L": (1, 16, 128, 1024), "S": (1, 16, 128, 1024),
-                      "E": (8, 64, 512)},
+                      "E": (8, 16, 32, 64, 512)},
         "attention_backward": {"batch": (8, 64, 512), "L": (16, 128, 1024), "S": (16, 128, 1024),
-                               "E": (8, 64, 512)},
+                               "E": (8, 16, 32, 64, 512)},
     },
     "cuda": {
         "gemm": {"batch": (1, 16, 256), "m": (1, 64, 512, 8192), "n": (1, 64, 512, 8192),
                  "k": (1, 64, 512, 8192)},
+        "gemm_cold": {"batch": (1,), "m": (1, 64, 512), "n": (64, 512, 8192), "k": (64, 512, 8192)},
         "attention": {"batch": (8, 64, 512), "L": (1, 128, 1024, 16384), "S": (1, 128, 1024, 16384),
                       "E": (16, 64, 256)},
         "attention_backward": {"batch": (8, 64, 512), "L": (128, 1024, 16384), "S": (128, 1024, 16384),
@@ -43,18 +50,42 @@ GRIDS = {
 FLOP_CAP = {"cpu": 2**29, "cuda": 2**36}
 #: and above this many elements in its operands and result (a thin product of huge operands is memory-bound:
 #: its rate per byte is the same at a quarter of the size)
-ELEMENT_CAP = {"cpu": 2**23, "cuda": 2**28}
+ELEMENT_CAP = {"cpu": 2**25, "cuda": 2**28}
 #: elements of each STREAM array (float32): 256 MiB on the CPU, far beyond any last-level cache; 1 GiB on a GPU
 STREAM_ELEMENTS = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
 #: tensor sizes (bytes) at which a copy and a freshly allocated write are timed: from inside the caches to far
 #: beyond them, and across the allocator's switch to new pages per allocation (glibc: from 32 MiB)
 MEMORY_SIZES = {"cpu": (2**20, 2**22, 2**24, 2**26, 2**28), "cuda": (2**22, 2**24, 2**26, 2**28, 2**30)}
+#: operators whose arithmetic, not their memory traffic, can bound them (transcendentals, and the row-wise
+#: normalisations): each timed on a contiguous (rows, POINTWISE_ROW) tensor; ``perfmodel.POINTWISE_OF`` names
+#: the aten operators each prices
+POINTWISE = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "gelu": F.gelu,
+             "softmax": lambda x: torch.softmax(x, -1), "log_softmax": lambda x: torch.log_softmax(x, -1),
+             "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:])}
+POINTWISE_ROW = 256
+#: bytes each of them writes when timed: from inside the caches to beyond them
+POINTWISE_SIZES = {"cpu": (2**16, 2**20, 2**24), "cuda": (2**20, 2**24, 2**28)}
 #: tiny dispatches timed back to back for each overhead
 TINY_OPS = 1000
 #: the dispatch overheads measured, and what each is
 OVERHEADS = {"op": "a computing operator on a one-element tensor (on a GPU: its launch)",
              "view": "a view (no data moved)", "scope": "a record_function scope (enter and exit)",
              "module": "an nn.Module call (an Identity)"}
+
+
+def cache_bytes(device: str = "cpu") -> int | None:
+    """The last-level cache of ``device`` in bytes: the largest CPU cache the kernel lists (Linux sysfs), a
+    GPU's L2; None where it cannot be read."""
+    if device == "cuda":
+        return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", None) or None
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        with open(path) as f:
+            text = f.read().strip()
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        if text and (text[-1] in units or text.isdigit()):
+            sizes.append(int(text.rstrip("KMG")) * units.get(text[-1], 1))
+    return max(sizes, default=None)
 
 
 def _seconds(stmt, min_run_time: float) -> float:
@@ -115,6 +146,21 @@ def _gemm_call(device, dtype, batch, m, n, k):
     return lambda: torch.matmul(a, b)
 
 
+#: at most this many copies of a cold product's B (each call reads the next: the one read last is the
+#: farthest from the cache)
+COLD_COPIES = 64
+
+
+def _gemm_cold_call(device, dtype, batch, m, n, k):
+    """A matrix product whose B is not in the cache: it cycles through copies of B that, together, are twice
+    the last-level cache (at most COLD_COPIES of them)."""
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    per = k * n * dtype.itemsize
+    copies = max(2, min(COLD_COPIES, -(-2 * (cache_bytes(device) or 0) // per)))
+    bs = itertools.cycle([torch.randn(k, n, device=device, dtype=dtype) for _ in range(copies)])
+    return lambda: torch.matmul(a, next(bs))
+
+
 def _attention_call(device, dtype, batch, L, S, E, backward=False):
     q = torch.randn(batch, 1, L, E, device=device, dtype=dtype, requires_grad=backward)
     k, v = (torch.randn(batch, 1, S, E, device=device, dtype=dtype, requires_grad=backward) for _ in range(2))
@@ -127,6 +173,7 @@ def _attention_call(device, dtype, batch, L, S, E, backward=False):
 
 #: each kernel's FLOPs, elements and call, by name
 KERNELS = {"gemm": (gemm_flops, gemm_elements, _gemm_call),
+           "gemm_cold": (gemm_flops, gemm_elements, _gemm_cold_call),
            "attention": (attention_flops, attention_elements, _attention_call),
            "attention_backward": (attention_backward_flops, attention_elements,
                                   lambda *a: _attention_call(*a, backward=True))}
@@ -174,6 +221,19 @@ def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.3) -> 
     return {"bytes": sizes, "copy_bytes_per_s": copy, "fresh_bytes_per_s": fresh}
 
 
+def pointwise_rates(device: str = "cpu", dtype: str = "float32", sizes=None, min_run_time: float = 0.05) -> dict:
+    """Bytes written per second by each POINTWISE operator at each size (bytes written) of POINTWISE_SIZES:
+    ``{"bytes": sizes, "written_bytes_per_s": {name: [rate at each size]}}``."""
+    sizes = list(sizes or POINTWISE_SIZES[device])
+    dt, rates = getattr(torch, dtype), {}
+    for name, fn in POINTWISE.items():
+        rates[name] = []
+        for size in sizes:
+            x = torch.randn(max(1, size // dt.itemsize // POINTWISE_ROW), POINTWISE_ROW, device=device, dtype=dt)
+            rates[name].append(x.numel() * dt.itemsize / _seconds(lambda x=x, fn=fn: fn(x), min_run_time))
+    return {"bytes": sizes, "written_bytes_per_s": rates}
+
+
 def overheads(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.2) -> dict[str, float]:
     """Seconds each kind of dispatch (OVERHEADS) costs beyond its work: ``ops`` of them back to back."""
     x, y, z = (torch.ones(1, device=device) for _ in range(3))
@@ -203,8 +263,11 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
     if quick:
         grids = {kind: {a: (v[0], v[-1]) for a, v in grid.items()} for kind, grid in grids.items()}
     return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
+            "cache_bytes": cache_bytes(device),
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
             "memory": memory_rates(device, MEMORY_SIZES[device][::4] if quick else None, 0.02 if quick else 0.3),
+            "pointwise": pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick else None,
+                                         0.01 if quick else 0.05),
             "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}

@@ -21,7 +21,7 @@ import torch
 import torch.utils.benchmark as tbench
 
 from ..cases import Prepared, Skip, using_threads
-from . import opgraph, telemetry
+from . import constants, opgraph, telemetry
 from .machine import cpu_counters, gemm_flops_per_s, others_cpu_share
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
@@ -150,7 +150,7 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
         if previous is None:  # what the call executes, for the performance model (reports: predicted_time)
             graph = opgraph.record(fn)
-            record.update(ops=graph.summary(), dispatches=dict(graph.dispatches))
+            record.update(ops=graph.summary(constants.cache_bytes(case.device)), dispatches=dict(graph.dispatches))
         if case.device == "cuda" and previous is None:
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
             try:

@@ -9,7 +9,9 @@ and decomposition (what runs, forward and backward), and for each one notes:
   operations"). It is measured on the executed graph, not derived from the code or a formula.
 - whether it is a **launch**: an operator that computes. View operators (``transpose``, ``view``,
   ``chunk``, ...) alias their input and launch nothing: they add no depth and are not counted.
-- the **bytes** of the tensors it read and wrote (what a memory-bound operator costs: ``perfmodel``);
+- the **bytes** of the tensors it read and wrote (what a memory-bound operator costs: ``perfmodel``), and
+  which storages: ``mark_cold`` replays them through a cache of the machine's size to find the bytes an
+  operator reads from memory beyond it (a large model's weights);
 - the **shape** of a matrix product, (batch, m, n, k) for ``mm``/``addmm``/``bmm``, or of a fused
   attention kernel, (batch x heads, query length, key length, head dim), so that a model can price it at
   the rate the machine reaches at that shape;
@@ -24,7 +26,7 @@ enter/exit operators, which pass through the same dispatcher.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,11 @@ class Op:
     shape: tuple[int, ...] = ()
     #: bytes of the tensors it wrote (its outputs: fresh memory when the allocator hands out new pages)
     written: int = 0
+    #: the storages it read, (address, storage bytes, bytes used), and wrote, (address, storage bytes)
+    reads: tuple = ()
+    writes: tuple = ()
+    #: bytes it read from outside a cache of the size ``OpGraph.summary`` was given (``mark_cold``)
+    cold: int = 0
 
 
 @dataclass
@@ -67,12 +74,40 @@ class OpGraph:
     ops: list[Op] = field(default_factory=list)
     dispatches: Counter = field(default_factory=Counter)
 
-    def summary(self) -> list[dict]:
-        """The operators grouped by what prices them (name, FLOPs, bytes, shape) with a count each: a
-        call's work in a few rows (JSON-ready; ``perfmodel.predict`` reads them)."""
-        rows = Counter((op.name, op.flops, op.bytes, op.shape, op.written) for op in self.ops)
-        return [{"name": n, "flops": f, "bytes": b, "shape": list(s), "written": w, "count": c}
-                for (n, f, b, s, w), c in rows.items()]
+    def summary(self, cache_bytes: int | None = None) -> list[dict]:
+        """The operators grouped by what prices them (name, FLOPs, bytes, shape, bytes written and, with a
+        cache of ``cache_bytes``, bytes read from beyond it) with a count each: a call's work in a few rows
+        (JSON-ready; ``perfmodel.predict`` reads them)."""
+        if cache_bytes:
+            self.mark_cold(cache_bytes)
+        rows = Counter((op.name, op.flops, op.bytes, op.shape, op.written, op.cold) for op in self.ops)
+        return [{"name": n, "flops": f, "bytes": b, "shape": list(s), "written": w, "cold": cold, "count": c}
+                for (n, f, b, s, w, cold), c in rows.items()]
+
+    def mark_cold(self, cache_bytes: int) -> None:
+        """Set each operator's ``cold`` bytes: what it read that a least-recently-used cache of
+        ``cache_bytes`` would not hold, in the steady state of calls made back to back (the sequence is
+        replayed and the second pass counted). A model's weights come from memory where the rest of the
+        call has pushed them out of the cache since their last use; a tensor made by the operator before
+        is still there."""
+        cache: OrderedDict[int, int] = OrderedDict()
+        held = 0
+        for counting in (False, True):
+            for op in self.ops:
+                cold = 0
+                for key, size, used in op.reads:
+                    if key in cache:
+                        cache.move_to_end(key)
+                    else:
+                        cold += used
+                        cache[key], held = size, held + size
+                for key, size in op.writes:
+                    held += size - cache.pop(key, 0)
+                    cache[key] = size
+                while held > cache_bytes and cache:
+                    held -= cache.popitem(last=False)[1]
+                if counting:
+                    op.cold = cold
 
     @property
     def depth(self) -> int:
@@ -186,7 +221,12 @@ class _Recorder(TorchDispatchMode):
         read = flat_in[1:] if name in _GATHERS else flat_in
         moved = out_bytes + _nbytes(read) + (out_bytes if name in _GATHERS else 0)
         shape = _shape(name, args) if flops else ()
-        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes))
+        reads = [(k, t.untyped_storage().nbytes(), _nbytes([t])) for t in read if (k := self._key(t)) is not None]
+        if name in _GATHERS and self._key(flat_in[0]) is not None:  # the rows it gathers from the table
+            reads.append((self._key(flat_in[0]), flat_in[0].untyped_storage().nbytes(), out_bytes))
+        writes = tuple((k, t.untyped_storage().nbytes()) for t in written if (k := self._key(t)) is not None)
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes, tuple(reads),
+                                 writes))
         return out
 
 

@@ -3,7 +3,9 @@
 For each operator of the executed graph (``opgraph``: its FLOPs, the bytes it reads and writes, and for a
 matrix product or fused attention kernel its shape),
 
-    time = max(FLOPs / the kernel's rate at that shape, bytes / bandwidth at that footprint)
+    time = max(FLOPs / the kernel's rate at that shape (a pointwise operator: bytes written / its rate;
+                   a matrix product whose weight comes from beyond the cache: the cold product's rate),
+               bytes / bandwidth at that footprint, bytes read from beyond the cache / the bandwidth)
            + the page faults of writing a fresh tensor of its output's size + the dispatch overhead
 
 summed over the operators, plus the overhead of the views, ``record_function`` scopes and module calls the
@@ -37,11 +39,21 @@ KERNEL_OF = {"mm": "gemm", "addmm": "gemm", "bmm": "gemm", "baddbmm": "gemm",
              "_scaled_dot_product_efficient_attention_backward": "attention_backward",
              "_scaled_dot_product_cudnn_attention_backward": "attention_backward"}
 
+#: the operators priced at a measured pointwise rate (``constants.POINTWISE``: bytes written per second) where
+#: it is slower than their memory traffic, by aten name
+POINTWISE_OF = {"tanh": "tanh", "tanh_": "tanh", "sigmoid": "sigmoid", "sigmoid_": "sigmoid", "exp": "exp",
+                "exp_": "exp", "gelu": "gelu", "_softmax": "softmax", "_log_softmax": "log_softmax",
+                "native_layer_norm": "layer_norm"}
+
+
+def _base(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
 
 def kernel_of(name: str) -> str | None:
     """The kernel an aten operator name (``aten.mm.default``) runs, or None."""
-    parts = name.split(".")
-    return KERNEL_OF.get(parts[1] if len(parts) > 1 else parts[0])
+    return KERNEL_OF.get(_base(name))
 
 
 @dataclass
@@ -101,6 +113,9 @@ class Constants:
     #: a copy's rate and a fresh tensor's write rate by size (``constants.memory_rates``); None: the
     #: bandwidth at every size and no cost for fresh pages
     memory: dict | None = None
+    #: the pointwise operators' rates by size written (``constants.pointwise_rates``); None: their memory
+    #: traffic alone prices them
+    pointwise: dict | None = None
 
     @classmethod
     def measured(cls, c: dict) -> Constants:
@@ -109,11 +124,20 @@ class Constants:
         return cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
                    max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
                    f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads"
-                   f"{', coarse grid' if c.get('quick') else ''})", memory=c.get("memory"))
+                   f"{', coarse grid' if c.get('quick') else ''})", memory=c.get("memory"),
+                   pointwise=c.get("pointwise"))
 
     def _by_size(self, key: str, size: float) -> float:
-        m = self.memory
-        return float(np.exp(np.interp(math.log(max(size, 1)), np.log(m["bytes"]), np.log(m[key]))))
+        return _log_interp(self.memory["bytes"], self.memory[key], size)
+
+    def pointwise_s(self, name: str, written: float) -> float:
+        """Seconds a pointwise operator (``POINTWISE_OF``) writing ``written`` bytes takes at its measured rate
+        (0 where the rate was not measured)."""
+        kind = POINTWISE_OF.get(_base(name))
+        p = self.pointwise
+        if not kind or not p or kind not in p["written_bytes_per_s"] or not written:
+            return 0.0
+        return written / _log_interp(p["bytes"], p["written_bytes_per_s"][kind], written)
 
     def bandwidth_at(self, footprint: float) -> float:
         """Bytes per second an operator reading and writing ``footprint`` bytes sees: a copy's rate at that
@@ -153,6 +177,13 @@ class Constants:
         return cls({"gemm": Grid.constant(peak)}, float(sheet["bandwidth_bytes_per_s"]), overhead,
                    f"predicted from {name}, not measured", notes)
 
+    def cold_gemm(self, dims: tuple[int, ...]) -> bool:
+        """Whether a matrix product of ``dims`` (batch, m, n, k) whose weight is not in the cache is priced at
+        the cold products' rate: one was measured and its m is within that grid (a wider product hides
+        where its weight comes from)."""
+        grid = self.kernels.get("gemm_cold")
+        return grid is not None and len(dims) == 4 and dims[1] <= max(grid.axes["m"])
+
     def rate(self, kernel: str | None, dims: tuple[int, ...]) -> float:
         """FLOP/s of ``kernel`` at ``dims``; a kernel not measured (or an operator with FLOPs but no
         kernel) at the matrix product's best rate."""
@@ -160,6 +191,11 @@ class Constants:
         if grid is None or not dims:
             return self.kernels["gemm"].best
         return grid.rate(dims)
+
+
+def _log_interp(sizes: list[float], rates: list[float], size: float) -> float:
+    """The rate at ``size``, interpolated in log-log between measured sizes, held at the edges."""
+    return float(np.exp(np.interp(math.log(max(size, 1)), np.log(sizes), np.log(rates))))
 
 
 def _positive(sheet: dict, f: str, name: str, required: bool = False) -> float:
@@ -181,6 +217,8 @@ class Priced:
     shape: tuple[int, ...] = ()
     written: int = 0
     count: int = 1
+    #: bytes it read from beyond the last-level cache (``opgraph.OpGraph.mark_cold``)
+    cold: int = 0
 
 
 @dataclass
@@ -206,8 +244,13 @@ def predict(ops: Iterable, constants: Constants, dispatches: dict[str, int] | No
     compute = memory = overhead = 0.0
     for op in ops:
         count = getattr(op, "count", 1)
-        flop_s = op.flops / constants.rate(kernel_of(op.name), tuple(op.shape)) if op.flops else 0.0
-        byte_s = op.bytes / constants.bandwidth_at(op.bytes)
+        cold = getattr(op, "cold", 0)
+        kernel = kernel_of(op.name)
+        if kernel == "gemm" and cold and constants.cold_gemm(tuple(op.shape)):
+            kernel = "gemm_cold"
+        flop_s = op.flops / constants.rate(kernel, tuple(op.shape)) if op.flops else 0.0
+        flop_s = max(flop_s, constants.pointwise_s(op.name, getattr(op, "written", 0)))
+        byte_s = max(op.bytes / constants.bandwidth_at(op.bytes), cold / constants.bandwidth)
         if flop_s >= byte_s:
             compute += count * flop_s
         else:

@@ -142,11 +142,12 @@ def _ops_problem(record: dict) -> str | None:
     """What is wrong with the operators a record says its call executed (``opgraph.OpGraph.summary``), or None."""
     ops, dispatches = record["ops"], record.get("dispatches", {})
     fields = {"name": str, "flops": int, "bytes": int, "shape": list, "written": int, "count": int}
-    if not isinstance(ops, list) or not all(isinstance(op, dict) and set(op) == set(fields) for op in ops):
-        return f"ops is not a list of operators, each with exactly {', '.join(fields)}"
+    if not isinstance(ops, list) or not all(isinstance(op, dict) and set(op) - {"cold"} == set(fields) for op in ops):
+        return f"ops is not a list of operators, each with exactly {', '.join(fields)} (and perhaps cold)"
     for op in ops:
-        if not all(isinstance(op[f], kind) and not isinstance(op[f], bool) for f, kind in fields.items()) or min(
-                op["flops"], op["bytes"], op["written"], op["count"] - 1) < 0:
+        op_fields = {**fields, "cold": int} if "cold" in op else fields
+        if not all(isinstance(op[f], kind) and not isinstance(op[f], bool) for f, kind in op_fields.items()) or min(
+                op["flops"], op["bytes"], op["written"], op["count"] - 1, op.get("cold", 0)) < 0:
             return f"ops holds {op!r}: counts must be whole numbers, none negative"
     if not isinstance(dispatches, dict) or not all(isinstance(n, int) and n >= 0 for n in dispatches.values()):
         return f"dispatches is {dispatches!r}, not counts of views, scopes and module calls"
