@@ -279,7 +279,7 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
-            "memory": memory_rates(device, MEMORY_SIZES[device][::4] if quick else None, 0.02 if quick else 0.3),
+            "memory": memory_rates(device, MEMORY_SIZES[device][::3] if quick else None, 0.02 if quick else 0.3),
             "pointwise": pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick else None,
                                          0.01 if quick else 0.05),
             "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}
