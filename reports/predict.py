@@ -49,6 +49,9 @@ def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constan
                 c.overhead[kind] = host.overhead.get(kind, 0.0)
         c.notes = [f"views, scopes and module calls cost what they cost on {host.source.removeprefix('measured on ')}"
                    " (host-side Python and dispatch; not on the datasheet)"]
+    c.notes.append("the bytes read from beyond the cache are those of the measured run's machine and cache, read "
+                   "there at the datasheet's bandwidth; tanh, softmax and the other pointwise operators at their "
+                   "memory traffic")
     return c
 
 
