@@ -45,7 +45,7 @@ def test_many_tiny_operators_are_overhead_bound_and_every_dispatch_kind_is_price
 def test_a_datasheet_without_host_overheads_prices_them_at_nothing_and_says_so():
     c = perfmodel.Constants.datasheet(SHEET, "h100.json")
     assert c.overhead["view"] == c.overhead["scope"] == c.overhead["module"] == 0
-    assert len(c.notes) == 3 and "predicted from h100.json, not measured" == c.source
+    assert len(c.notes) == len(perfmodel.OPTIONAL_OVERHEADS) and "predicted from h100.json, not measured" == c.source
 
 
 def test_the_rate_is_interpolated_in_log_space_between_grid_points_and_held_beyond_them():
@@ -65,6 +65,33 @@ def test_each_kernel_is_priced_at_its_own_grid():
     assert perfmodel.predict([mm], c).time_s == pytest.approx(1e-2)
     assert perfmodel.predict([sdpa], c).time_s == pytest.approx(1.0)
     assert perfmodel.predict([other], c).time_s == pytest.approx(1e-2)
+
+
+def test_a_line_and_a_backward_node_cost_what_the_host_workload_shows_beyond_everything_else_priced():
+    c = perfmodel.Constants({"gemm": perfmodel.Grid.constant(1e11)}, 1e10, {"op": 1e-6, "view": 5e-7}, "test")
+    ops = [{"name": "aten.mm.default", "flops": 10**6, "bytes": 0, "shape": [1, 10, 10, 10], "written": 0,
+            "count": 20}]
+    priced = 20 * (1e-5 + 1e-6) + 30 * 5e-7
+    host = {"forward": {"seconds": priced + 400 * 1e-7, "lines": 400, "ops": ops, "dispatches": {"view": 30}},
+            "train": {"seconds": priced + 900 * 1e-7 + 50 * 2e-6, "lines": 900, "ops": ops,
+                      "dispatches": {"view": 30, "node": 50}}}
+    assert c.host_overheads(host) == pytest.approx({"line": 1e-7, "node": 2e-6})
+    assert c.overhead["line"] == pytest.approx(1e-7) and c.overhead["node"] == pytest.approx(2e-6)
+    quicker = {**host, "forward": {**host["forward"], "seconds": priced / 2}}  # faster than priced: no line cost
+    assert c.host_overheads(quicker)["line"] == 0
+
+
+def test_the_graph_counts_the_backward_nodes_and_the_python_lines_a_call_runs():
+    x = torch.ones(3, requires_grad=True)
+    assert opgraph.record(lambda: (x * 2).sin().sum()).dispatches["node"] == 0  # forward only
+    assert opgraph.record(lambda: (x * 2).sin().sum().backward()).dispatches["node"] >= 3  # sum, sin, mul
+
+    def three_lines():
+        a = 1
+        b = 2
+        return a + b
+
+    assert opgraph.count_lines(three_lines) == 3
 
 
 def test_a_thin_product_whose_weight_is_not_in_the_cache_is_priced_at_the_cold_rate():
@@ -133,6 +160,8 @@ def test_the_micro_benchmarks_give_positive_finite_figures():
     assert set(c["pointwise"]["written_bytes_per_s"]) == set(constants.POINTWISE) == set(
         perfmodel.POINTWISE_OF.values())
     assert isinstance(c["cache_bytes"], int) and c["cache_bytes"] >= 2**16  # Linux lists its CPU caches
+    assert all(run["seconds"] > 0 and run["lines"] > 0 and run["ops"] for run in c["host"].values())
+    assert c["host"]["train"]["dispatches"]["node"] > 0
     assert all(math.isfinite(x) and x > 0 for x in figures), c
     assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(constants.OVERHEADS)
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3

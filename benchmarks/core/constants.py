@@ -3,7 +3,7 @@ matrix product and of the fused attention kernel over a grid of shapes (square, 
 attention runs), the memory bandwidth of a STREAM-style copy and triad on arrays far beyond the last-level
 cache (and a copy's rate by size, with what a freshly allocated tensor costs to write), the rate of the
 operators whose arithmetic can outweigh their memory traffic (tanh, sigmoid, exp, GELU, softmax, layer norm),
-and what one
+the time of a small module-style workload (what a line of model code and a backward node cost), and what one
 dispatch costs beyond its work (a computing operator, a view, a ``record_function``
 scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A performance model
 (``perfmodel``) predicts a case from these alone.
@@ -19,6 +19,8 @@ import itertools
 import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as tb
+
+from . import opgraph
 
 #: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
 #: done ``batch`` times (``gemm_cold``: thin products, whose B, the weight, is read from beyond the last-level
@@ -267,6 +269,48 @@ def overheads(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.
     return out
 
 
+class _Block(torch.nn.Module):
+    """Module-style Python on tiny tensors (``host``): a projection, a reshape into heads, scores, a softmax, a
+    residual and a norm."""
+
+    def __init__(self, d: int = 8, heads: int = 2):
+        super().__init__()
+        self.proj, self.norm, self.heads = torch.nn.Linear(d, d), torch.nn.LayerNorm(d), heads
+        self.scale = (d // heads) ** -0.5
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q = self.proj(x).view(b, n, self.heads, d // self.heads).transpose(1, 2)
+        w = torch.softmax(q @ q.transpose(-2, -1) * self.scale, dim=-1)
+        return self.norm(x + (w @ q).transpose(1, 2).reshape(b, n, d))
+
+
+#: blocks in the host workload
+HOST_BLOCKS = 4
+
+
+def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
+    """The host-side cost of model code: a stack of HOST_BLOCKS ``_Block`` on a (1, 4, 8) tensor, forward
+    without gradients and a training step, each with its seconds, the Python lines it runs
+    (``opgraph.count_lines``) and the operators and dispatches it executes (``opgraph.record``).
+    ``perfmodel.Constants.measured`` takes from them what a Python line and a backward node cost beyond
+    everything else it prices."""
+    model = torch.nn.Sequential(*[_Block() for _ in range(HOST_BLOCKS)]).to(device)
+    x = torch.randn(1, 4, 8, device=device)
+
+    def train():
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+
+    out = {}
+    for name, fn in (("forward", torch.no_grad()(lambda: model(x))), ("train", train)):
+        fn()
+        graph = opgraph.record(fn)
+        out[name] = {"seconds": _seconds(fn, min_run_time), "lines": opgraph.count_lines(fn),
+                     "ops": graph.summary(cache_bytes(device)), "dispatches": dict(graph.dispatches)}
+    return out
+
+
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
     and the dispatch overheads (seconds). ``quick``: two points per axis, 4 MiB arrays, short timings (tests)."""
@@ -282,4 +326,5 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
             "memory": memory_rates(device, MEMORY_SIZES[device][::3] if quick else None, 0.02 if quick else 0.3),
             "pointwise": pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick else None,
                                          0.01 if quick else 0.05),
-            "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time)}
+            "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time),
+            "host": host(device, run_time)}

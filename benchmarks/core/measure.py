@@ -150,7 +150,8 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
         if previous is None:  # what the call executes, for the performance model (reports: predicted_time)
             graph = opgraph.record(fn)
-            record.update(ops=graph.summary(constants.cache_bytes(case.device)), dispatches=dict(graph.dispatches))
+            record.update(ops=graph.summary(constants.cache_bytes(case.device)),
+                          dispatches={**graph.dispatches, "line": opgraph.count_lines(fn)})
         if case.device == "cuda" and previous is None:
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
             try:

@@ -26,6 +26,7 @@ enter/exit operators, which pass through the same dispatcher.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,7 +70,8 @@ class Op:
 @dataclass
 class OpGraph:
     """What ``record`` saw: the launched operators in execution order, and the other dispatches the call
-    made (``dispatches``: views and free operators, ``record_function`` scopes, ``nn.Module`` calls)."""
+    made (``dispatches``: views and free operators, ``record_function`` scopes, ``nn.Module`` calls, and the
+    backward nodes that ran operators)."""
 
     ops: list[Op] = field(default_factory=list)
     dispatches: Counter = field(default_factory=Counter)
@@ -176,6 +178,7 @@ class _Recorder(TorchDispatchMode):
         self.depth: dict[int, int] = {}  # storage address -> depth of its latest write
         self.labels: list[str] = []  # the record_function labels open now, outermost first
         self.formulas: dict = {}
+        self.node = None  # the autograd node whose backward ran the last operator
 
     def _key(self, t: torch.Tensor) -> int | None:
         if t.device.type == "meta" or t.numel() == 0:
@@ -201,6 +204,10 @@ class _Recorder(TorchDispatchMode):
             elif "exit" in name and self.labels:  # record_function scopes nest: the innermost exits first
                 self.labels.pop()
             return out
+        node = torch._C._current_autograd_node()
+        if node is not None and node is not self.node:  # the backward engine moved on to another node
+            self.graph.dispatches["node"] += 1
+        self.node = node
         out = func(*args, **kwargs)
         if func.is_view or name in _FREE:
             self.graph.dispatches["view"] += 1
@@ -241,3 +248,22 @@ def record(fn: Callable[[], Any]) -> OpGraph:
     finally:
         hook.remove()
     return recorder.graph
+
+
+def count_lines(fn: Callable[[], Any]) -> int:
+    """Run ``fn()`` once more, outside the recorder, and count the Python lines it ran (in every file, torch's
+    included: the host-side work between operators; ``sys.settrace``, which slows the call)."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        fn()
+    finally:
+        sys.settrace(previous)
+    return count[0]

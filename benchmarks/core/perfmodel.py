@@ -26,7 +26,8 @@ import numpy as np
 #: the fields a datasheet must give, each a positive number
 DATASHEET_FIELDS = ("peak_flops_per_s", "bandwidth_bytes_per_s", "op_overhead_s")
 #: the dispatch overheads a datasheet may also give (seconds; host-side costs of the framework)
-OPTIONAL_OVERHEADS = {"view": "view_overhead_s", "scope": "scope_overhead_s", "module": "module_overhead_s"}
+OPTIONAL_OVERHEADS = {"view": "view_overhead_s", "scope": "scope_overhead_s", "module": "module_overhead_s",
+                      "line": "line_overhead_s", "node": "node_overhead_s"}
 BOUNDS = ("compute", "memory", "overhead")
 #: the kernel whose rate prices an operator with FLOPs, by aten name (others: the matrix product's best rate)
 KERNEL_OF = {"mm": "gemm", "addmm": "gemm", "bmm": "gemm", "baddbmm": "gemm",
@@ -120,12 +121,30 @@ class Constants:
     @classmethod
     def measured(cls, c: dict) -> Constants:
         """From ``constants.measure``'s dict: the kernels' rates, the better of copy and triad, the memory
-        rates by size."""
-        return cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
+        rates by size, and the host costs its workload shows (``host_overheads``)."""
+        made = cls({kind: Grid.from_json(g) for kind, g in c["kernels"].items()},
                    max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
                    f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads"
                    f"{', coarse grid' if c.get('quick') else ''})", memory=c.get("memory"),
                    pointwise=c.get("pointwise"))
+        if c.get("host"):
+            made.overhead.update(made.host_overheads(c["host"]))
+        return made
+
+    def host_overheads(self, host: dict) -> dict[str, float]:
+        """What a Python line and a backward node cost (seconds) beyond everything else these constants price:
+        the host workload's forward time less its priced operators and dispatches, per line it ran; then its
+        training step's time less all that and its lines, per backward node (``constants.host``)."""
+        out = {"line": 0.0, "node": 0.0}
+        self.overhead.update(out)
+        for name, kind, count in (("forward", "line", "lines"), ("train", "node", None)):
+            run = host[name]
+            dispatches = {**run["dispatches"], "line": run["lines"]}
+            per = run[count] if count else run["dispatches"].get("node", 0)
+            rest = predict([Priced(**op) for op in run["ops"]], self, dispatches).time_s
+            out[kind] = max(0.0, (run["seconds"] - rest) / per) if per else 0.0
+            self.overhead[kind] = out[kind]
+        return out
 
     def _by_size(self, key: str, size: float) -> float:
         return _log_interp(self.memory["bytes"], self.memory[key], size)
