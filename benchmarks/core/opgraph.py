@@ -166,6 +166,10 @@ def _shape(name: str, args) -> tuple[int, ...]:
     return ()
 
 
+#: the autograd node whose backward is running (None outside a backward), where this torch has it
+_current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+
+
 def _flop_formula(func) -> Callable | None:
     flops.register_cpu_sdpa_formulas()
     return flop_registry.get(func._overloadpacket)
@@ -204,7 +208,7 @@ class _Recorder(TorchDispatchMode):
             elif "exit" in name and self.labels:  # record_function scopes nest: the innermost exits first
                 self.labels.pop()
             return out
-        node = torch._C._current_autograd_node()
+        node = _current_node()
         if node is not None and node is not self.node:  # the backward engine moved on to another node
             self.graph.dispatches["node"] += 1
         self.node = node
