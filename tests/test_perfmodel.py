@@ -54,6 +54,7 @@ def test_the_rate_is_interpolated_in_log_space_between_grid_points_and_held_beyo
     assert g.rate((128, 16)) == pytest.approx(4e9)  # halfway in log m: the geometric mean of 1 and 16
     assert g.rate((128, 128)) == pytest.approx(math.sqrt(1e9 * 64e9))
     assert g.rate((1, 1)) == pytest.approx(1e9) and g.rate((10**6, 10**6)) == pytest.approx(64e9)
+    assert perfmodel.Grid({"m": [4, 4]}, np.array([2e9, 2e9])).rate((16,)) == pytest.approx(2e9)  # no slope
 
 
 def test_each_kernel_is_priced_at_its_own_grid():

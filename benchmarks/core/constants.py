@@ -99,7 +99,7 @@ def _seconds(stmt, min_run_time: float) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
-def _best_seconds(stmt, sample_time: float, samples: int = 5) -> float:
+def _best_seconds(stmt, sample_time: float, samples: int) -> float:
     """The fastest of ``samples`` timings of ``stmt`` (each of about ``sample_time``, and at least one call):
     for a cost that noise only adds to, such as the page faults of a fresh tensor, which at 256 MiB is one
     call per sample."""
@@ -230,7 +230,8 @@ def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.3) -> 
         n = size // 4
         a, b = torch.ones(n, device=device), torch.empty(n, device=device)
         copy.append(2 * size / _seconds(lambda a=a, b=b: b.copy_(a), min_run_time))
-        fresh.append(size / _best_seconds(lambda n=n: torch.ones(n, device=device), min_run_time / FRESH_SAMPLES))
+        fresh.append(size / _best_seconds(lambda n=n: torch.ones(n, device=device), min_run_time / FRESH_SAMPLES,
+                                           FRESH_SAMPLES))
         del a, b
     return {"bytes": sizes, "copy_bytes_per_s": copy, "fresh_bytes_per_s": fresh}
 
@@ -313,11 +314,12 @@ def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
 
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
-    and the dispatch overheads (seconds). ``quick``: two points per axis, 4 MiB arrays, short timings (tests)."""
+    and the dispatch overheads (seconds). ``quick``: two points per axis, small arrays, short timings (tests)."""
     run_time = 0.02 if quick else 0.2
     grids = GRIDS[device]
     if quick:
-        grids = {kind: {a: (v[0], v[-1]) for a, v in grid.items()} for kind, grid in grids.items()}
+        grids = {kind: {a: tuple(dict.fromkeys((v[0], v[-1]))) for a, v in grid.items()}
+                 for kind, grid in grids.items()}
     return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
             "cache_bytes": cache_bytes(device),
             "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)

@@ -88,8 +88,8 @@ class Grid:
             logs = np.log(values)
             lx = min(max(math.log(max(x, 1)), logs[0]), logs[-1])
             i = int(np.clip(np.searchsorted(logs, lx) - 1, 0, max(len(values) - 2, 0)))
-            if len(values) == 1:
-                corners.append(((0, 1.0),))
+            if len(values) == 1 or logs[i + 1] == logs[i]:  # one value (or one repeated): no slope
+                corners.append(((i, 1.0),))
                 continue
             w = (lx - logs[i]) / (logs[i + 1] - logs[i])
             corners.append(((i, 1 - w), (i + 1, w)))
