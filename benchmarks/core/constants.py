@@ -67,6 +67,8 @@ POINTWISE = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "ge
 POINTWISE_ROW = 256
 #: bytes each of them writes when timed: from inside the caches to beyond them
 POINTWISE_SIZES = {"cpu": (2**16, 2**20, 2**24), "cuda": (2**20, 2**24, 2**28)}
+#: the quick grid times its points at most 1/QUICK_SHRINK of the caps' FLOPs and elements (seconds, not rates)
+QUICK_SHRINK = 64
 #: samples of a fresh tensor's write, the fastest kept (``_best_seconds``)
 FRESH_SAMPLES = 5
 #: tiny dispatches timed back to back for each overhead
@@ -119,11 +121,12 @@ def _kernel_seconds(stmt, block_time: float) -> float:
     return sorted(timer.timeit(number).median for _ in range(3))[1]
 
 
-def _capped(dims: tuple[int, ...], flops, elements, device: str) -> tuple[int, ...]:
+def _capped(dims: tuple[int, ...], flops, elements, device: str, shrink: int = 1) -> tuple[int, ...]:
     """``dims`` (batch first) with the batch, then the largest axis, halved until the kernel's FLOPs and
-    elements are within FLOP_CAP and ELEMENT_CAP."""
+    elements are within FLOP_CAP and ELEMENT_CAP, each divided by ``shrink``."""
     dims = list(dims)
-    while (flops(*dims) > FLOP_CAP[device] or elements(*dims) > ELEMENT_CAP[device]) and max(dims) > 1:
+    while (flops(*dims) > FLOP_CAP[device] // shrink or elements(*dims) > ELEMENT_CAP[device] // shrink) \
+            and max(dims) > 1:
         i = 0 if dims[0] > 1 else dims.index(max(dims))
         dims[i] //= 2
     return tuple(dims)
@@ -194,15 +197,16 @@ KERNELS = {"gemm": (gemm_flops, gemm_elements, _gemm_call),
 
 
 def kernel_rates(kind: str, device: str = "cpu", dtype: str = "float32", grid: dict | None = None,
-                 block_time: float = 0.003) -> dict:
-    """FLOP/s of ``kind`` (a KERNELS name) at every point of ``grid`` (default GRIDS[device][kind]):
+                 block_time: float = 0.003, shrink: int = 1) -> dict:
+    """FLOP/s of ``kind`` (a KERNELS name) at every point of ``grid`` (default GRIDS[device][kind]; ``shrink``:
+    the caps on a point's size divided by it):
     ``{"axes": [[name, values], ...], "flops_per_s": [...]}``, the rates in the order of itertools.product over
     the axes in that order (a list of pairs: records are written with sorted keys, which would reorder a dict)."""
     flops, elements, call = KERNELS[kind]
     grid = grid or GRIDS[device][kind]
     dt, rates, timed = getattr(torch, dtype), [], {}
     for point in itertools.product(*grid.values()):
-        dims = _capped(point, flops, elements, device)
+        dims = _capped(point, flops, elements, device, shrink)
         if dims not in timed:
             timed[dims] = flops(*dims) / _kernel_seconds(call(device, dt, *dims), block_time)
         rates.append(timed[dims])
@@ -322,7 +326,8 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
                  for kind, grid in grids.items()}
     return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
             "cache_bytes": cache_bytes(device),
-            "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003)
+            "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003,
+                                           QUICK_SHRINK if quick else 1)
                         for kind, grid in grids.items()},
             **bandwidth(device, 2**20 if quick else None, run_time),
             "memory": memory_rates(device, MEMORY_SIZES[device][::3] if quick else None, 0.02 if quick else 0.3),
