@@ -24,8 +24,8 @@ def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constan
                       threads: int | None = None) -> perfmodel.Constants:
     """The constants of the machine ``path`` describes: a datasheet (``perfmodel.DATASHEET_FIELDS``) or a
     run folder / ``machine.json`` with measured constants (at ``threads``, default its most). A datasheet
-    without the host's overheads (views, scopes, module calls) takes them from ``host`` (the run's own
-    machine, measured), and its notes say so."""
+    without the host's overheads (views, scopes, module calls, lines, backward nodes) takes them from ``host``
+    (the run's own machine, measured), and its notes say so."""
     if os.path.isdir(path):
         path = os.path.join(path, "machine.json")
     sheet = read_json(path)
@@ -47,8 +47,8 @@ def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constan
         for kind, f in perfmodel.OPTIONAL_OVERHEADS.items():
             if f not in sheet:
                 c.overhead[kind] = host.overhead.get(kind, 0.0)
-        c.notes = [f"views, scopes and module calls cost what they cost on {host.source.removeprefix('measured on ')}"
-                   " (host-side Python and dispatch; not on the datasheet)"]
+        c.notes = [f"views, scopes, module calls, Python lines and backward nodes cost what they cost on "
+                   f"{host.source.removeprefix('measured on ')} (host-side Python and dispatch; not on the datasheet)"]
     c.notes.append("the bytes read from beyond the cache are those of the measured run's machine and cache, read "
                    "there at the datasheet's bandwidth; tanh, softmax and the other pointwise operators at their "
                    "memory traffic")
