@@ -13,6 +13,7 @@ scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A perfo
 
 from __future__ import annotations
 
+import functools
 import glob
 import itertools
 
@@ -79,6 +80,7 @@ OVERHEADS = {"op": "a computing operator on a one-element tensor (on a GPU: its 
              "module": "an nn.Module call (an Identity)"}
 
 
+@functools.cache
 def cache_bytes(device: str = "cpu") -> int | None:
     """The last-level cache of ``device`` in bytes: the largest CPU cache the kernel lists (Linux sysfs), a
     GPU's L2; None where it cannot be read."""
@@ -101,24 +103,25 @@ def _seconds(stmt, min_run_time: float) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
-def _best_seconds(stmt, sample_time: float, samples: int) -> float:
-    """The fastest of ``samples`` timings of ``stmt`` (each of about ``sample_time``, and at least one call):
-    for a cost that noise only adds to, such as the page faults of a fresh tensor, which at 256 MiB is one
-    call per sample."""
+def _samples(stmt, sample_time: float, samples: int) -> list[float]:
+    """Seconds per call of ``stmt`` in each of ``samples`` timings of about ``sample_time`` (at least one call
+    each), after one call that warms it and sizes them: for hundreds of grid points, where
+    blocked_autorange's sizing would cost more than the timing."""
     timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
     once = timer.timeit(1).median
     number = max(1, int(sample_time / max(once, 1e-7)))
-    return min(timer.timeit(number).median for _ in range(samples))
+    return sorted(timer.timeit(number).median for _ in range(samples))
+
+
+def _best_seconds(stmt, sample_time: float, samples: int) -> float:
+    """The fastest of ``samples`` timings: for a cost that noise only adds to, such as the page faults of a
+    fresh tensor, which at 256 MiB is one call per sample."""
+    return _samples(stmt, sample_time, samples)[0]
 
 
 def _kernel_seconds(stmt, block_time: float) -> float:
-    """Seconds per call of a kernel: one call to warm it and size the blocks, then the median of three
-    blocks of about ``block_time`` each (hundreds of grid points: blocked_autorange's sizing would cost
-    more than the timing)."""
-    timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
-    once = timer.timeit(1).median
-    number = max(1, int(block_time / max(once, 1e-7)))
-    return sorted(timer.timeit(number).median for _ in range(3))[1]
+    """Seconds per call of a kernel: the median of three blocks of about ``block_time``."""
+    return _samples(stmt, block_time, 3)[1]
 
 
 def _capped(dims: tuple[int, ...], flops, elements, device: str, shrink: int = 1) -> tuple[int, ...]:

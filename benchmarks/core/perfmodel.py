@@ -135,16 +135,12 @@ class Constants:
         """What a Python line and a backward node cost (seconds) beyond everything else these constants price:
         the host workload's forward time less its priced operators and dispatches, per line it ran; then its
         training step's time less all that and its lines, per backward node (``constants.host``)."""
-        out = {"line": 0.0, "node": 0.0}
-        self.overhead.update(out)
-        for name, kind, count in (("forward", "line", "lines"), ("train", "node", None)):
-            run = host[name]
-            dispatches = {**run["dispatches"], "line": run["lines"]}
-            per = run[count] if count else run["dispatches"].get("node", 0)
-            rest = predict([Priced(**op) for op in run["ops"]], self, dispatches).time_s
-            out[kind] = max(0.0, (run["seconds"] - rest) / per) if per else 0.0
-            self.overhead[kind] = out[kind]
-        return out
+        self.overhead.update(line=0.0, node=0.0)
+        fwd, train = host["forward"], host["train"]
+        self.overhead["line"] = self._rest(fwd) / fwd["lines"] if fwd["lines"] else 0.0
+        nodes = train["dispatches"].get("node", 0)
+        self.overhead["node"] = self._rest(train) / nodes if nodes else 0.0
+        return {kind: self.overhead[kind] for kind in ("line", "node")}
 
     def _by_size(self, key: str, size: float) -> float:
         return _log_interp(self.memory["bytes"], self.memory[key], size)
@@ -195,6 +191,11 @@ class Constants:
         peak = float(sheet["peak_flops_per_s"])
         return cls({"gemm": Grid.constant(peak)}, float(sheet["bandwidth_bytes_per_s"]), overhead,
                    f"predicted from {name}, not measured", notes)
+
+    def _rest(self, run: dict) -> float:
+        """Seconds of a host workload's ``run`` that these constants do not price (none if they price more)."""
+        priced = predict([Priced(**op) for op in run["ops"]], self, {**run["dispatches"], "line": run["lines"]})
+        return max(0.0, run["seconds"] - priced.time_s)
 
     def cold_gemm(self, dims: tuple[int, ...]) -> bool:
         """Whether a matrix product of ``dims`` (batch, m, n, k) whose weight is not in the cache is priced at
