@@ -33,7 +33,7 @@ import torch
 from . import cases
 from .core import guards, machine
 from .core.paired import FIXED_ALLOCATOR, SESSION_ROUNDS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
-from .core.records import case_key, commit, write_json_atomic
+from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
@@ -128,10 +128,51 @@ def show(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def kept_pairs(record: str, kinds: list[str], grid: str, device: str) -> list[dict]:
+    """The pairs of the record already at ``record`` that a new measurement of ``kinds`` keeps: those of other
+    kinds, when it is of the same commit, grid and device (a record of other code or conditions is
+    replaced whole, and that is said). ValueError naming the file when something there is not a pairs
+    record: only a command's own record is replaced."""
+    if not os.path.lexists(record):
+        return []
+    try:
+        earlier = read_json(record)
+    except (UnreadableRecord, OSError) as error:
+        raise ValueError(f"--record {record!r} holds something that is not a pairs record ({error}); only a pairs "
+                         "record is replaced: move it or give another --record") from None
+    why = pairs_problem(earlier)
+    if why:
+        raise ValueError(f"--record {record!r} is not a pairs record ({why}); only a pairs record is replaced: move "
+                         "it or give another --record")
+    same = (earlier.get("commit"), earlier.get("grid"), earlier.get("device")) == (commit(), grid, device)
+    others = [p for p in earlier["pairs"] if p.get("kind") not in kinds]
+    if others and not same:
+        print(f"note: {record} held pairs of commit {short(earlier.get('commit'))}, grid {earlier.get('grid')!r}, "
+              f"{earlier.get('device')}: replaced whole", file=sys.stderr)
+    return others if same else []
+
+
+def check_run_folder(out: str) -> None:
+    """ValueError when ``out`` is a run folder of another commit: its pairs would be shown as that run's."""
+    meta = os.path.join(out, "machine.json")
+    if not os.path.exists(meta):
+        return
+    try:
+        theirs = read_json(meta).get("commit")
+    except UnreadableRecord as error:
+        raise ValueError(f"--out {out!r}: {error}") from None
+    if theirs != commit():
+        raise ValueError(f"--out {out!r} holds a run of commit {short(theirs)}, and this code is "
+                         f"{short(commit())}: its report would show these pairs as that run's. Give this "
+                         "commit's run folder, or --record FILE to keep the pairs apart")
+
+
 def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True,
             env: dict | None = None) -> dict:
-    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``; ``env``:
-    more environment for the worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs with)."""
+    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``, keeping
+    the pairs of other kinds it held at this commit (``kept_pairs``); ``env``: more environment for the
+    worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs with)."""
+    kept = kept_pairs(record, kinds, grid, device)
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
     rows, rounds, seconds = run(kinds, grid, device, budget, progress, env)
@@ -140,7 +181,7 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
              "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
              "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": rows}
+             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": kept + rows}
     write_json_atomic(record, saved)
     return saved
 
@@ -167,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         guards.check_devices([args.device])
         if not any(pairs_of(kind, args.grid, args.device) for kind in kinds):
             raise ValueError(f"no pair of {kinds} on grid {args.grid!r} for device {args.device!r}")
+        if args.out:
+            check_run_folder(args.out)
         guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
         guards.writable_file(record, "--record")
+        kept_pairs(record, kinds, args.grid, args.device)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -178,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerDied as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(show(saved["pairs"]))
+    print(show([p for p in saved["pairs"] if p["kind"] in kinds]))
     print(f"{saved['rounds']} rounds in {saved['elapsed_s']:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
     return 0
 

@@ -31,6 +31,7 @@ from . import claims, history, html, measured, predict, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
+from .columns import COLUMNS
 from .html import MISSING, displayable
 
 REPORT_DIR = os.path.join("results", "report")
@@ -64,6 +65,7 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
         raise ValueError(f"no case was measured ({why or 'no case records'}), so no report was written"
                          + (f"; the report in {out!r} was left as it is"
                             if os.path.exists(os.path.join(out, "index.html")) else ""))
+    html.check_replaceable(out, paths)
     guards.writable_folder(out, "--report")
     previous = html.describe(out)
     site = _asv_html(paths)
@@ -92,6 +94,7 @@ def _report(paths: list[str], out: str, machine: str | None = None, table=None, 
 def measure(args) -> int:
     start = time.time()
     try:
+        html.check_replaceable(args.report, [pipeline.run_folder(args)])
         guards.writable_folder(args.report, "--report")
         guards.check_free_space(args.report, 2 * REPORT_BYTES, "--report", "the report, built beside the old one")
         # under torchrun: this rank's share of the grid; rank 0 profiles and reports
@@ -136,11 +139,12 @@ def _time_pairs(args, out: str, devices: set[str]) -> None:
         try:
             pairs.measure(kinds, args.grid, device, args.pairs_budget,
                           os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress)
-        except pairs.WorkerDied as error:
+        except (pairs.WorkerDied, ValueError) as error:
             print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
 
 
 def build(args) -> int:
+    html.check_replaceable(args.report, args.paths)
     index = _report(args.paths, args.report, args.machine)
     print(os.path.abspath(index))
     return 0
@@ -157,6 +161,7 @@ def _print_agreement(found: list[dict]) -> None:
 
 
 def compare(args) -> int:
+    html.check_replaceable(args.report, args.paths)
     table = tidy.load(args.paths)
     runs = table.run.nunique()
     if runs < 2:
@@ -193,7 +198,8 @@ def print_measured(args) -> int:
 
 def csv(args) -> int:
     guards.writable_file(args.out, "--out")
-    tidy.load(args.paths).to_csv(args.out, index=False)
+    tidy.check_csv_path(args.out, COLUMNS[:2])
+    tidy.write_csv(tidy.load(args.paths), args.out)
     print(os.path.abspath(args.out))
     return 0
 
@@ -213,6 +219,8 @@ def print_prediction(args) -> int:
     if not os.path.isdir(args.run):
         raise FileNotFoundError(f"--run {args.run!r}: no such run folder; measure one first (python -m reports) "
                                 "or name one")
+    if args.record:
+        records.check_record_path(args.record, "prediction")
     text, fields = predict.main(args.sheet, args.run, args.csv, args.dtype)
     print(text)
     if args.record:

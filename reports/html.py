@@ -137,6 +137,48 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
+#: the fields by which a report.json is recognised as one this command wrote
+REPORT_FIELDS = ("generated", "inputs", "counts", "analyses")
+
+
+def is_report(out: str) -> bool:
+    """``out`` is a report folder this command wrote: an index.html beside a report.json with its fields."""
+    try:
+        with open(os.path.join(out, REPORT_RECORD)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return (isinstance(saved, dict) and all(k in saved for k in REPORT_FIELDS)
+            and os.path.isfile(os.path.join(out, "index.html")))
+
+
+def check_replaceable(out: str, inputs=(), what: str = "--report") -> None:
+    """ValueError naming ``out`` unless a report may be written there: a new or empty folder, or a report
+    folder this command wrote (``is_report``), and neither one of the results it reports on (``inputs``)
+    nor a folder that holds one. A command replaces only what it made: anything else is refused before
+    anything is measured or written."""
+    real = os.path.realpath(out)
+    for path in inputs:
+        inside = os.path.realpath(path)
+        if inside == real or inside.startswith(real.rstrip(os.sep) + os.sep):
+            raise ValueError(f"{what} {out!r} {'is' if inside == real else 'holds'} the results "
+                             f"{path!r} that the report reads: writing the report there would replace them; "
+                             "give another folder (default results/report)")
+    if not os.path.lexists(out):
+        return
+    if not os.path.isdir(out):
+        raise ValueError(f"{what} {out!r} is a file, not a folder; give a new folder or a report folder")
+    try:
+        entries = sorted(e for e in os.listdir(out) if not e.startswith(".write-test-"))
+    except OSError as error:
+        raise ValueError(f"{what} {out!r}: cannot read it ({error.strerror or error})") from None
+    if entries and not is_report(out):
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValueError(f"{what} {out!r} holds {shown}, and is not a report folder (an index.html beside the "
+                         f"{REPORT_RECORD} this command writes): only a report is replaced. Give a new or empty "
+                         "folder, or the folder of an earlier report")
+
+
 def describe(out: str) -> str | None:
     """What the report already in folder ``out`` was built from (its ``report.json``), or None if there is
     no report there."""
@@ -164,6 +206,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     disk, say), the report that was in ``out`` stays as it was and the partial one is removed."""
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
+    check_replaceable(out, inputs or ())
     staging = f"{os.path.abspath(out).rstrip(os.sep)}.building-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
@@ -236,7 +279,7 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         gate_table=_html(gate[1].set_index(["method", "injected"])) if gate else None)
     table.to_csv(os.path.join(out, "results.csv"), index=False)
     write_json_atomic(os.path.join(out, REPORT_RECORD), {
-        "generated": dt.datetime.now().isoformat(timespec="seconds"),
+        "kind": "report", "generated": dt.datetime.now().isoformat(timespec="seconds"),
         "inputs": inputs or sorted(set(table.run.dropna())),
         "counts": {k: int(v) for k, v in counts.items()},
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,

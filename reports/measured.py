@@ -19,11 +19,12 @@ import glob
 import os
 import re
 import statistics
+import sys
 
 import pandas as pd
 
 from benchmarks.core import machine
-from benchmarks.core.records import read_json, write_json_atomic
+from benchmarks.core.records import check_record_path, read_json, short, write_json_atomic
 
 from .analyses.noise import AGREEMENT_METRICS, rounds_told
 
@@ -45,7 +46,9 @@ def begin(name: str, only: list[str] | None = None, doc: str = README) -> str:
 
 def save(path: str, kind: str, commit: str | None, **fields) -> None:
     """Write a measurement script's record of ``kind`` (one of RENDER's) at ``path``: when, at which commit,
-    on which machine, and the script's own ``fields``; the README block is then ``markdown(load(path), path)``."""
+    on which machine, and the script's own ``fields``; the README block is then ``markdown(load(path), path)``.
+    Only a record of the same kind is replaced (``records.check_record_path``: ValueError naming the file)."""
+    check_record_path(path, kind)
     facts = machine.metadata()
     write_json_atomic(path, {
         "kind": kind, "generated": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit,
@@ -112,7 +115,7 @@ def _regression_check(record: dict, name: str, only: list[str] | None, link: str
     slow, control = record["slowdown"], record["control"]
     ratios = [row["ratio"] for row in slow["changed"]]
     spread = f" (ratios {min(ratios):.2f}-{max(ratios):.2f})" if ratios else ""
-    return [f"From the saved run [`{name}`]({link}) (commit {record['commit'][:8]}, {record['generated']}; "
+    return [f"From the saved run [`{name}`]({link}) (commit {short(record['commit'])}, {record['generated']}; "
             f"{_machine(record['machine'])}): `asv continuous --factor {record['factor']:g}` flagged "
             f"{len(slow['changed'])} of the {record['cases']} CPU cases of `{record['benchmark']}` after an injected "
             f"2x slowdown{spread} and {len(control['changed'])} after a README-only commit; "
@@ -124,7 +127,7 @@ def _where(record: dict) -> str:
 
 
 def _compare_with_torch(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved run [`{name}`]({link}) (commit {(record['commit'] or 'unknown')[:8]}, "
+    lines = [f"From the saved run [`{name}`]({link}) (commit {short(record['commit']) if record['commit'] else 'unknown'}, "
              f"{record['generated']}; "
              f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {_rounds(record['rounds'])}, "
              f"each timing blocks of {record['block_time']:g} s in the order ours, torch, floor, floor, torch, ours; "
@@ -223,7 +226,7 @@ def sensitivity_table(record: dict) -> pd.DataFrame:
 
 
 def sensitivity_caption(record: dict) -> str:
-    return (f"{_machine(record['machine'])}, {record['generated'][:16]}, commit {(record['commit'] or 'unknown')[:8]}"
+    return (f"{_machine(record['machine'])}, {record['generated'][:16]}, commit {short(record['commit']) if record['commit'] else 'unknown'}"
             + ("" if record.get("done", True) else ", stopped before its last trial") + f": {record['trials']} "
             "trials of slowdowns injected into equation (1) (a spin for that share of each call's own time) and a "
             f"no-change control, on its CPU forward cases; the gate's budget {record['budget_s']:g} s")
@@ -232,6 +235,17 @@ def sensitivity_caption(record: dict) -> str:
 #: where the report looks for the latest gate-sensitivity record: this machine's, and the docs' saved ones
 SENSITIVITY_RECORDS = (os.path.join("results", "gate", "sensitivity.json"),
                        os.path.join("docs", "measured", "*gate-sensitivity*.json"))
+
+
+def _has_trials(record: dict) -> bool:
+    """The record holds at least one method with one injected change measured in one trial or more, each
+    trial with its counts."""
+    results = record.get("results")
+    return isinstance(results, dict) and any(
+        isinstance(by_head, dict) and any(isinstance(trials, list) and trials and all(
+            isinstance(t, dict) and {"slower", "cases", "ratios", "seconds"} <= set(t) for t in trials)
+            for trials in by_head.values())
+        for by_head in results.values())
 
 
 def latest_sensitivity(patterns=SENSITIVITY_RECORDS) -> tuple[str, dict] | None:
@@ -243,8 +257,12 @@ def latest_sensitivity(patterns=SENSITIVITY_RECORDS) -> tuple[str, dict] | None:
                 record = read_json(path)
             except (OSError, ValueError):
                 continue
-            if record.get("kind") == "gate-sensitivity" and isinstance(record.get("results"), dict):
-                found.append((record.get("generated", ""), path, record))
+            if record.get("kind") != "gate-sensitivity":
+                continue
+            if not _has_trials(record):
+                print(f"warning: {path}: a gate-sensitivity record with no trial in it; not shown", file=sys.stderr)
+                continue
+            found.append((record.get("generated", ""), path, record))
     return max(found, key=lambda f: f[0])[1:] if found else None
 
 
@@ -277,7 +295,7 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
 
 def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     lines = [f"From the saved run [`{name}`]({link}) ({record['date'][:16]}, commit "
-             f"{(record.get('commit') or 'unknown')[:8]}; {_machine(record['machine'])}, {record['threads']} threads; "
+             f"{short(record.get('commit')) if record.get('commit') else 'unknown'}; {_machine(record['machine'])}, {record['threads']} threads; "
              f"`python -m benchmarks.pairs`): both cases of each ratio timed in mirrored blocks in one process"
              + (f" (run with {', '.join(f'{k}={v}' for k, v in sorted(record['worker_env'].items()))})"
                 if record.get("worker_env") else "")
@@ -297,7 +315,7 @@ def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[s
 def _prediction(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     bounds = ", ".join(f"{n} {b}-bound" for b, n in sorted(record["bounds"].items(), key=lambda kv: -kv[1]))
     lines = [f"From the saved record [`{name}`]({link}) (`python -m reports predict {record['sheet']}`, "
-             f"{record['generated']}, commit {str(record['commit'])[:8]}): {record['source']}, for the "
+             f"{record['generated']}, commit {short(record['commit'])}): {record['source']}, for the "
              f"{record['cases']} timed cases of `{record['run']}` ({_machine(record['machine'])}), from the operators "
              f"each executed there ({record['dtype']} peak). Predicted {record['speedup_median']:.0f}x faster "
              f"at the median ({record['speedup_min']:.1f}x-{record['speedup_max']:.0f}x); {bounds}.", ""]

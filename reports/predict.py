@@ -67,6 +67,10 @@ def _host(saved: dict) -> perfmodel.Constants | None:
     return perfmodel.Constants.measured(measured[key]) if key else None
 
 
+#: the first columns of the table ``--csv`` writes (``predict_run``)
+PREDICTED_COLUMNS = ["area", "method"]
+
+
 def predict_run(sheet: str, run: str, dtype: str = "float32") -> tuple[pd.DataFrame, perfmodel.Constants]:
     """Each timed case of ``run`` that recorded its operators: measured here, predicted on ``sheet``'s machine."""
     saved, records = tidy.counted(run)
@@ -133,7 +137,9 @@ def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: st
 
 def main(sheet: str, run: str, csv: str | None = None, dtype: str = "float32") -> tuple[str, dict]:
     """The lines to print and the record's fields."""
+    if csv:
+        tidy.check_csv_path(csv, PREDICTED_COLUMNS, "--csv")
     table, there = predict_run(sheet, run, dtype)
     if csv:
-        table.assign(label=there.source).to_csv(csv, index=False)
+        tidy.write_csv(table.assign(label=there.source), csv, "--csv")
     return report(table, there, run), summary(table, there, sheet, run)

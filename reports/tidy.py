@@ -196,12 +196,12 @@ def _record_status(path: str, commit: str | None) -> tuple[str | None, str | Non
         rec = read_json(path)
     except ValueError as error:
         return "unreadable", str(error).removeprefix(f"{path}: ")
-    why = records.problem(rec)
+    why = records.case_problem(path, rec)
     if why:
         return "invalid", why
     if rec.get("commit") != commit:
-        return "other commit", (f"measured at commit {str(rec.get('commit'))[:8]}, not the run folder's "
-                                f"{str(commit)[:8]} (machine.json): not counted as this run's")
+        return "other commit", (f"measured at commit {records.short(rec.get('commit'))}, not the run folder's "
+                                f"{records.short(commit)} (machine.json): not counted as this run's")
     return None, None
 
 
@@ -344,7 +344,7 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
                                           commit=("commit", "first"), commit_error=("commit_error", "first"),
                                           env=("env", "first"), first=("date", "min"), last=("finished", "max"),
                                           rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"))
-    out["commit"] = [c[:8] if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
+    out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
     ok = timed[timed.status == "ok"]
     out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
         out.index, fill_value=0).astype(int)
@@ -382,6 +382,10 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
                 print(f"warning: {error}; not counted", file=sys.stderr)
                 continue
             problem = records.pairs_problem(record)
+            commit = read_json(os.path.join(path, "machine.json")).get("commit")
+            if not problem and record.get("commit") != commit:
+                problem = (f"measured at commit {records.short(record.get('commit'))}, not the run folder's "
+                           f"{records.short(commit)} (machine.json)")
             if problem:
                 print(f"warning: {file}: {problem}; not counted", file=sys.stderr)
                 continue
@@ -394,3 +398,26 @@ def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict
     machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
     return [{**r, "root": path, "machine": name} for path, name in _runner_folders(paths, machine)
             for r in profiler.load(path)]
+
+
+def _is_csv_with(columns: list[str]):
+    """``is_own`` for ``records.check_replaceable``: a CSV file whose header starts with ``columns``."""
+    def own(path: str) -> bool:
+        with open(path, encoding="utf-8") as f:
+            header = f.readline().rstrip("\r\n").split(",")
+        return header[:len(columns)] == columns
+    return own
+
+
+def check_csv_path(path: str, first: list[str], what: str = "--out") -> None:
+    """ValueError naming ``path`` unless a CSV may be written there: a new file, or a CSV whose header starts
+    with ``first`` (one this command wrote); never a record, a page or a folder."""
+    records.check_replaceable(path, what, _is_csv_with(first), "a CSV this command wrote (header "
+                              f"{','.join(first)},...)")
+
+
+def write_csv(table: pd.DataFrame, path: str, what: str = "--out") -> None:
+    """``table`` as CSV at ``path``, whole or not at all (a full disk leaves the old file as it was), replacing
+    only a CSV of the same columns (``check_csv_path``)."""
+    check_csv_path(path, list(table.columns[:2]), what)
+    records.write_text_atomic(path, table.to_csv(index=False))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import cases  # noqa: E402
+from benchmarks.core import guards, records  # noqa: E402
 from reports import measured  # noqa: E402
 from scripts.check_regression_detection import BENCH, parse_row  # noqa: E402
 
@@ -103,11 +105,23 @@ def asv_continuous(repo: str, base: str, head: str, setting: str) -> dict:
             "ratios": [r["ratio"] for r in rows], "seconds": time.monotonic() - started}
 
 
+def fractions(text: str) -> list[float]:
+    """argparse ``type=`` for ``--slowdowns``: comma-separated finite fractions in (0, 10)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated fractions, e.g. 0.05,0.1") from None
+    if not values or not all(math.isfinite(v) and 0 < v < 10 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each slowdown must be a fraction above 0 and below 10")
+    return values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--slowdowns", default="0.05,0.1,0.2", help="comma-separated fractions")
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=165.0, help="the gate's budget per comparison (s)")
+    parser.add_argument("--slowdowns", type=fractions, default="0.05,0.1,0.2",
+                        help="comma-separated fractions, each above 0 and below 10")
+    parser.add_argument("--trials", type=guards.count, default=3, help="trials of each change (>= 1; default 3)")
+    parser.add_argument("--budget", type=guards.seconds, default=165.0, help="the gate's budget per comparison (s)")
     parser.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
                         f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
     parser.add_argument("--no-gate", action="store_true", help="measure asv's settings only")
@@ -115,7 +129,12 @@ def main() -> int:
                         help="save the table as a JSON record here (default results/gate/sensitivity.json, which the "
                         "report shows; docs/measured/<name>.json for the docs)")
     args = parser.parse_args()
-    slowdowns = [float(x) for x in args.slowdowns.split(",")]
+    slowdowns = args.slowdowns
+    if args.record:
+        try:
+            records.check_record_path(args.record, "gate-sensitivity")
+        except ValueError as error:
+            parser.error(str(error))
     settings = [] if args.asv == ["none"] else args.asv or ASV_SETTINGS
     work = tempfile.mkdtemp(prefix="gate-sensitivity-")
     repo = os.path.join(work, "repo")

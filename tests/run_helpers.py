@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks import profile
+from benchmarks import pairs, profile
 from benchmarks import runner as runner_cli
 from benchmarks.core import runner
 from reports.__main__ import main as reports_main
@@ -42,7 +42,8 @@ def cli(*args, module="reports"):
 
 def in_process(capsys, *args, module="reports"):
     """The command's main() in this process (faster); (exit code, stderr)."""
-    main = {"reports": reports_main, "benchmarks.runner": runner_cli.main, "benchmarks.profile": profile.main}[module]
+    main = {"reports": reports_main, "benchmarks.runner": runner_cli.main, "benchmarks.profile": profile.main,
+            "benchmarks.pairs": pairs.main}[module]
     try:
         code = main(list(args))
     except SystemExit as exit:  # argparse's errors

@@ -3,6 +3,7 @@ replace nothing already measured."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from run_helpers import PLAN, cli, in_process, measure
 
 from benchmarks.core import runner
-from reports import tidy
+from reports import html, tidy
 from reports.__main__ import main as reports_main
 from reports.analyses import c1_length, heads
 
@@ -73,6 +74,7 @@ def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("a good report")
+    (report / "report.json").write_text(json.dumps({k: [] for k in html.REPORT_FIELDS}))  # one this command wrote
     if torch.cuda.is_available():
         pytest.skip("the CUDA case runs here")
     assert reports_main(["build", run, "--report", str(report)]) == 2

@@ -101,7 +101,7 @@ def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_
     other = t[t.status == "other commit"]
     assert len(other) == 1 and "measured at commit ffffffff" in other.reason.iloc[0]
     assert set(t.commit.dropna()) == {records.commit()}  # one commit in the table, the folder's
-    assert set(tidy.runs(t).commit) == {records.commit()[:8]}
+    assert set(tidy.runs(t).commit) == {records.short(records.commit())}
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
     assert f"warning: other commit record, not counted: {path}" in capsys.readouterr().err
 

@@ -202,7 +202,8 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     oom = {"area": "models", "method": "forward", "status": "oom",
            "reason": "DefaultCPUAllocator: can't allocate memory",
            "params": {**PLAN[0][1], "seq_len": 4096}, "commit": records.commit(), "started_at": None}
-    records.write_json_atomic(str(tmp_path / "run" / "cases" / "oom.json"), oom)
+    name = records.case_key("models", "forward", oom["params"]) + ".json"
+    records.write_json_atomic(str(tmp_path / "run" / "cases" / name), oom)
     limits = runs.memory_limits(tidy.load([run]))
     assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
     assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
@@ -334,9 +335,9 @@ def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_lin
                            "--no-progress", "--min-run-time", "0.01", "--rounds", "2" if other == "rounds" else "1",
                            module="benchmarks.runner")
     assert code == 0, err
-    earlier = os.path.join(run, "earlier", f"{records.commit()[:8]}-1r")
+    earlier = os.path.join(run, "earlier", f"{records.short(records.commit())}-1r")
     note = [line for line in err.splitlines() if line.startswith("note:")]
-    assert len(note) == 1 and f"moved 3 records of commit {records.commit()[:8]} in 1 round to {earlier}" in note[0]
+    assert len(note) == 1 and f"moved 3 records of commit {records.short(records.commit())} in 1 round to {earlier}" in note[0]
     # the earlier run, whole, in a folder of its own that the report reads; this folder holds only the new run
     assert files(earlier) == {k: v for k, v in before.items() if k.startswith("cases") or k == "machine.json"}
     assert set(tidy.load([earlier]).commit.dropna()) == {records.commit()}
@@ -382,6 +383,6 @@ def test_an_earlier_run_moved_aside_never_overwrites_one_moved_before(tmp_path, 
     for _ in range(2):  # a 1-round run, then a 2-round run into the folder; twice
         measure(run, PLAN[:1])
         assert "moved 3 records" in pipeline.one_run(run, sha, 2)
-    first, second = (os.path.join(run, "earlier", f"{sha[:8]}-1r{suffix}") for suffix in ("", "-2"))
+    first, second = (os.path.join(run, "earlier", f"{records.short(sha)}-1r{suffix}") for suffix in ("", "-2"))
     assert len(os.listdir(os.path.join(first, "cases"))) == len(os.listdir(os.path.join(second, "cases"))) == 3
     assert pipeline.one_run(run, sha, 2) is None and not os.listdir(os.path.join(run, "cases"))

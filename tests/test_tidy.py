@@ -54,7 +54,8 @@ def test_failed_cases_are_rows_with_their_status(runner_folder):
     rec = {"area": "attention", "method": "forward", "status": "oom", "reason": "out of memory",
            "params": {"seq_len": 8192, "d_head": 64, "backend": "math", "causal": False, "dtype": "float32",
                       "device": "cuda"}, "commit": records.commit()}
-    records.write_json_atomic(os.path.join(runner_folder, "cases", "x.json"), rec)
+    name = records.case_key("attention", "forward", rec["params"]) + ".json"
+    records.write_json_atomic(os.path.join(runner_folder, "cases", name), rec)
     row = tidy.load([runner_folder]).query("status == 'oom'").iloc[0]
     assert row.seq_len == 8192 and row.reason == "out of memory" and row.value != row.value  # NaN
 

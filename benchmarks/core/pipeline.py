@@ -22,7 +22,7 @@ from .. import cases
 from . import guards
 from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
-from .records import UnreadableRecord, read_json
+from .records import UnreadableRecord, read_json, short
 from .runner import Runner, plan
 
 #: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
@@ -147,7 +147,7 @@ def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
 
     def dest(c, r):  # a folder of its own for each (commit, rounds), -2, -3, ... beside an earlier one
         if (c, r) not in named:
-            stem = os.path.join(out, "earlier", f"{(c or 'no-commit')[:8]}-{r}r")
+            stem = os.path.join(out, "earlier", f"{short(c) if c else 'no-commit'}-{r}r")
             folder, n = stem, 1
             while os.path.exists(folder):
                 n += 1
@@ -183,10 +183,10 @@ def one_run(out: str, commit: str | None, rounds: int = 1) -> str | None:
             shutil.move(profile, os.path.join(home, "profiles", os.path.basename(profile)))
     if not groups and saved == commit:
         return None
-    told = "; ".join([f"{n} record{'s' * (n != 1)} of commit {str(c)[:8]} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
+    told = "; ".join([f"{n} record{'s' * (n != 1)} of commit {short(c)} in {r} round{'s' * (r != 1)} to {dest(c, r)}"
                       for (c, r), n in groups.items()] + ([] if saved == commit else
-                                                          [f"machine.json of commit {str(saved)[:8]} to {home}"]))
-    line = (f"note: {out} holds one run (commit {str(commit)[:8]}, {rounds} round{'s' * (rounds != 1)}); moved "
+                                                          [f"machine.json of commit {short(saved)} to {home}"]))
+    line = (f"note: {out} holds one run (commit {short(commit)}, {rounds} round{'s' * (rounds != 1)}); moved "
             f"{told}")
     print(line, file=sys.stderr)
     return line

@@ -11,6 +11,7 @@ turns a case's exception into the status and reason it is recorded with.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import numbers
@@ -33,22 +34,62 @@ def case_key(area: str, method: str, params: dict) -> str:
     return "--".join([area, method, *(f"{k}={v}" for k, v in params.items())])
 
 
-def git_head() -> tuple[str | None, str | None]:
+#: the folders whose code decides what a record measures: uncommitted edits there are part of its identity
+MEASURED_CODE = ("transformer", "benchmarks")
+#: what marks a commit whose working tree had such edits: ``<sha>+dirty.<hash of the edits>``
+DIRTY = "+dirty."
+
+
+def _git(args: list[str], root: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], capture_output=True, cwd=root)
+
+
+def tree_change(root: str) -> str | None:
+    """A short hash of the uncommitted edits to MEASURED_CODE under the repository at ``root`` (tracked
+    files' diff against HEAD and the contents of untracked, not ignored files), or None when there are none."""
+    top = _git(["rev-parse", "--show-toplevel"], root).stdout.decode().strip() or root
+    diff = _git(["diff", "HEAD", "--binary", "--", *MEASURED_CODE], top).stdout
+    untracked = _git(["ls-files", "-z", "--others", "--exclude-standard", "--", *MEASURED_CODE], top).stdout
+    if not diff and not untracked:
+        return None
+    digest = hashlib.sha256(diff)
+    for name in sorted(filter(None, untracked.split(b"\0"))):
+        digest.update(b"\0" + name + b"\0")
+        try:
+            with open(os.path.join(top, os.fsdecode(name)), "rb") as f:
+                digest.update(f.read())
+        except OSError:
+            pass
+    return digest.hexdigest()[:12]
+
+
+def git_head(root: str | None = None) -> tuple[str | None, str | None]:
     """(the commit of the code being measured, None), or (None, why git could not say): a copy without
-    ``.git``, a checkout git refuses to read ("dubious ownership"), no git at all."""
+    ``.git``, a checkout git refuses to read ("dubious ownership"), no git at all. A working tree with
+    uncommitted edits to MEASURED_CODE gives ``<sha>+dirty.<hash of the edits>``: its records are never
+    taken for the clean commit's, nor for another edit's."""
+    root = root or os.path.dirname(os.path.abspath(__file__))
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)))
+        done = _git(["rev-parse", "HEAD"], root)
     except OSError as error:
         return None, f"git could not run: {error}"
     if done.returncode:
-        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        lines = [line for line in done.stderr.decode(errors="replace").strip().splitlines() if line.strip()]
         return None, "git rev-parse HEAD failed: " + (lines[0] if lines else f"exit code {done.returncode}")
-    return done.stdout.strip(), None
+    change = tree_change(root)
+    return done.stdout.decode().strip() + (DIRTY + change if change else ""), None
 
 
-def commit() -> str | None:
-    return git_head()[0]
+def commit(root: str | None = None) -> str | None:
+    return git_head(root)[0]
+
+
+def short(commit: str | None) -> str:
+    """A commit as the pages name it: its first 8 hex digits, and ``+dirty.<hash>`` when the tree had edits."""
+    if not commit:
+        return str(commit)
+    sha, _, change = str(commit).partition(DIRTY)
+    return sha[:8] + (DIRTY + change[:8] if change else "")
 
 
 @contextlib.contextmanager
@@ -76,6 +117,33 @@ def write_text_atomic(path: str, text: str) -> None:
     """Write text so that a reader sees either the old file or the whole new one, never half."""
     with _atomic(path) as f:
         f.write(text)
+
+
+def check_replaceable(path: str, what: str, is_own, own: str) -> None:
+    """ValueError naming ``path`` unless a command may write its output there: nothing is there yet, or
+    ``is_own(path)`` recognises what is there as that command's own output (``own``: what that is, said in
+    the error). A command replaces only what it made, and refuses anything else before it measures."""
+    if not os.path.lexists(path):
+        return
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a folder; give a file name")
+    try:
+        mine = is_own(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        mine = False
+    if not mine:
+        raise ValueError(f"{what} {path!r} already holds something that is not {own}; only {own} is replaced: "
+                         f"move it or give another {what}")
+
+
+def is_record_of(kind: str):
+    """``is_own`` for ``check_replaceable``: the file is a JSON record of ``kind`` (its ``kind`` field)."""
+    return lambda path: read_json(path).get("kind") == kind
+
+
+def check_record_path(path: str, kind: str, what: str = "--record") -> None:
+    """``check_replaceable`` for a script's JSON record of ``kind``."""
+    check_replaceable(path, what, is_record_of(kind), f"a record of kind {kind!r}")
 
 
 class UnreadableRecord(ValueError):
@@ -199,6 +267,21 @@ def profile_problem(record: dict) -> str | None:
         if not (positive(c.get("time_s")) or c.get("time_s") == 0) or not (
                 _number(share) and 0 <= share <= 1 or isinstance(share, float) and math.isnan(share)):
             return f"component {c['component']!r}: time {c.get('time_s')!r} s, share {c.get('share')!r}"
+    return None
+
+
+def case_problem(path: str, record: dict) -> str | None:
+    """``problem``, and a record filed under another case's name: its area, method and params must give its
+    file name (``case_key``), or a resumed run would skip the case it names and report another."""
+    why = problem(record)
+    if why:
+        return why
+    area, method, *params = os.path.basename(path).removesuffix(".json").split("--") + [""]
+    named = [p for p in params if p]
+    if (area, method, sorted(named)) != (record["area"], record["method"],
+                                         sorted(f"{k}={v}" for k, v in record["params"].items())):
+        expected = case_key(record["area"], record["method"], record["params"]) + ".json"
+        return f"its area, method and params name it {expected}, not {os.path.basename(path)}"
     return None
 
 

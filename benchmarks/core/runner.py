@@ -96,13 +96,13 @@ class Runner:
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
 
-    def _read(self, path: str, check=records.problem) -> dict | None:
+    def _read(self, path: str, check=None) -> dict | None:
         """A record, or None after setting aside (and naming on stderr) one that cannot be read or that
         ``check`` finds wrong (``records.problem``: a negative time, an unknown status, FLOP/s that are not
         the FLOPs over the time, ...): its case is measured again."""
         try:
             record = read_json(path)
-            why = check(record)
+            why = check(record) if check else records.case_problem(path, record)
             if why:
                 raise UnreadableRecord(f"{path}: {why}")
         except UnreadableRecord as error:
@@ -142,7 +142,9 @@ class Runner:
             if set(saved["gemm_peaks"]) >= keys and set(saved.get("constants", {})) >= keys:
                 return saved["gemm_peaks"]
         fresh = machine.calibrate(threads, fresh=again)
-        earlier = saved.get("calibrations", [saved["gemm_peaks"]]) if saved and again else []
+        # every calibration of this commit's run stays (a resume that adds the constants loses none)
+        earlier = saved.get("calibrations", [saved["gemm_peaks"]]) if saved and (
+            again or saved.get("commit") == self.commit) else []
         calibrations = [*earlier, fresh]
         peaks = machine.best_peaks(*calibrations)
         kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
