@@ -11,7 +11,9 @@ ratio head/base with its 95% interval, the verdict) and saves the comparison as 
 (``results/gate/<base>-<head>.json``; ``python -m reports measured`` renders it).
 
 Exit codes: 0 no case slower; 1 a case slower than the threshold with confidence; 2 bad input (an
-unknown commit, nothing to compare, uncommitted case definitions, a worker that died).
+unknown commit, one without the models, nothing to compare or every selected case skipped, uncommitted case
+definitions, a worker that died or stopped answering); 130 interrupted (Ctrl-C). Whatever stops it, the
+verdicts reached so far are printed and saved.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .core.paired import (
     Worker,
     WorkerDied,
 )
-from .core.records import case_key, write_json_atomic
+from .core.records import case_key, check_record_path, write_json_atomic
 from .core.runner import plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,15 +135,58 @@ def table(gate: Gate, threshold: float) -> list[dict]:
     return rows
 
 
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.3f}ms"
+
+
 def show(rows: list[dict]) -> str:
-    lines = [f"{'case':<70} {'base':>10} {'head':>10} {'ratio':>7} {'95% interval':>15}  verdict"]
+    """The table printed: each side's median block time per call, and the ratio as the gate estimates it
+    (the trimmed mean of the rounds' ratios, not the ratio of the two medians) with its 95% interval."""
+    lines = [f"{'case':<70} {'base med.':>10} {'head med.':>10} {'ratio':>7} {'95% interval':>15}  verdict",
+             f"{'':<70} {'(per call)':>10} {'(per call)':>10} {'(round':>7} {'(bootstrap)':>15}",
+             f"{'':<70} {'':>10} {'':>10} {'ratios)':>7}"]
     for r in rows:
         if r["verdict"] == "skipped":
             lines.append(f"{r['case'][:70]:<70} {'':>10} {'':>10} {'':>7} {'':>15}  skipped: {r['reason']}")
             continue
-        lines.append(f"{r['case'][:70]:<70} {r['base_s'] * 1e3:>8.3f}ms {r['head_s'] * 1e3:>8.3f}ms {r['ratio']:>7.3f} "
+        lines.append(f"{r['case'][:70]:<70} {_ms(r['base_s']):>10} {_ms(r['head_s']):>10} {r['ratio']:>7.3f} "
                      f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['verdict']}")
     return "\n".join(lines)
+
+
+def selection(grid: str, areas, devices, methods, params: list[str]) -> list[tuple[str, dict, str]]:
+    """The cases to compare; ValueError naming a ``--param`` that is not AXIS=VALUE, an axis the chosen areas
+    do not have or a value the grid does not give it (each with what is allowed)."""
+    planned = plan(grid, areas, devices)
+    wanted = {}
+    for pair in params:
+        axis, eq, value = pair.partition("=")
+        if not eq or not axis:
+            raise ValueError(f"--param {pair!r}: give AXIS=VALUE, e.g. backend=sdpa")
+        axes = sorted({a for _, p in planned for a in p})
+        if axis not in axes:
+            raise ValueError(f"--param {pair!r}: no axis {axis!r} in the chosen cases of grid {grid!r}; "
+                             f"allowed: {', '.join(axes)}")
+        values = sorted({str(p[axis]) for _, p in planned if axis in p})
+        if value not in values:
+            raise ValueError(f"--param {pair!r}: {axis} is never {value!r} on grid {grid!r}; allowed: "
+                             f"{', '.join(values)}")
+        wanted[axis] = value
+    todo = [(area, p, method) for area, p in planned for method in cases.METHODS[area]
+            if method != "graph" and (not methods or method in methods)
+            and all(str(p.get(axis)) == value for axis, value in wanted.items())]
+    if not todo:
+        raise ValueError(f"no case to compare: no case of the chosen areas has --method {methods} and --param {params}")
+    return todo
+
+
+def check_models(commit: str) -> None:
+    """ValueError when ``commit`` has no ``transformer/`` (a commit from before the models, say)."""
+    try:
+        git("rev-parse", "--verify", "--quiet", f"{commit}:transformer")
+    except ValueError:
+        raise ValueError(f"commit {commit[:8]} has no transformer/ folder: it cannot build the cases; give a "
+                         "commit that has the models") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,18 +212,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--threshold {args.threshold!r}: give a fraction between 0 and 1, e.g. 0.05 for 5%")
         base = resolve(args.base)
         head = TREE if args.head == TREE else resolve(args.head)
+        for side in (base, head):
+            if side != TREE:
+                check_models(side)
         check_sides(base, head)
-        wanted = dict(pair.partition("=")[::2] for pair in args.param)
         devices = args.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-        todo = [(area, params, method) for area, params in plan(args.grid, args.area, devices)
-                for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)
-                and all(str(params.get(axis)) == value for axis, value in wanted.items())]
-        if not todo:
-            raise ValueError(f"no case to compare: no case of the chosen areas has --method {args.method} and "
-                             f"--param {args.param}")
+        todo = selection(args.grid, args.area, devices, args.method, args.param)
         record = args.record or os.path.join("results", "gate", f"{base[:8]}-{head[:8]}.json")
         guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
         guards.writable_file(record, "--record")
+        check_record_path(record, "gate")
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -190,30 +233,45 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         print(f"Comparing {len(todo)} cases: head {head if head == TREE else head[:8]} against base {base[:8]}, "
               f"mirrored blocks of about {BLOCK_S * 1e3:g} ms, until decided or {args.budget:g} s", file=sys.stderr)
+        stopped: BaseException | None = None
         try:
             gate.start()
             rounds, decided = run(gate, args.threshold, args.budget, not args.no_progress)
-        except WorkerDied as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        except (WorkerDied, KeyboardInterrupt) as error:  # what was decided so far is kept and said
+            stopped, rounds, decided = error, gate.measured_rounds(), False
         finally:
             gate.stop()
     rows = table(gate, args.threshold)
     facts = machine.metadata()
     print(show(rows))
     slower = [r for r in rows if r["verdict"] == "slower"]
+    compared = [r for r in rows if r["verdict"] != "skipped"]
     elapsed = time.monotonic() - started
-    print(f"{rounds} rounds in {elapsed:.0f} s; " + ("every case decided" if decided else
-          f"stopped at the {args.budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} "
-          "cases inconclusive") + f"; {len(slower)} slower than {args.threshold:.0%}", file=sys.stderr)
+    if isinstance(stopped, KeyboardInterrupt):
+        end = "interrupted"
+    elif stopped is not None:
+        end = f"stopped: {stopped}"
+    elif decided:
+        end = "every case decided"
+    else:
+        end = (f"stopped at the {args.budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} "
+               "cases inconclusive")
+    print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {len(slower)} slower than {args.threshold:.0%}"
+          + ("" if compared else "; nothing was compared: every selected case was skipped, which is not a pass"),
+          file=sys.stderr)
     write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": args.threshold,
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                                "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
                                "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **FIXED_ALLOCATOR},
+                               "stopped": None if stopped is None else (str(stopped) or "interrupted"),
                                "cases": rows})
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)
-    return 1 if slower else 0
+    if slower:
+        return 1
+    if isinstance(stopped, KeyboardInterrupt):
+        return 130
+    return 2 if stopped is not None or not compared else 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ bootstrap interval over sessions and rounds. The pairs:
             small heads)
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``python -m reports measured`` renders.
-Rounds go on until every interval is narrower than ±PRECISION or the budget is spent.
+Rounds go on until every interval is narrower than ±PRECISION or the budget is spent. Ctrl-C (exit code 130)
+or a worker that dies or stops answering (2) still saves the ratios measured so far.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def key(case: tuple[str, dict, str]) -> str:
 
 
 def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None):
-    """Measure every pair of ``kinds``: (rows, rounds, seconds)."""
+    """Measure every pair of ``kinds``: (rows, rounds, seconds, what stopped it early: None, a
+    KeyboardInterrupt or a WorkerDied)."""
     listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
     todo = list({key(c): c for _, pair in listed for c in pair}.values())
     index = {key(c): i for i, c in enumerate(todo)}
@@ -88,10 +90,12 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
         print(f"\rround {r}: {wide} of {len(estimates)} intervals wider than ±{PRECISION:.0%} ({seconds:.0f} s of "
               f"{budget:g})", end="", file=sys.stderr, flush=True)
 
-    started = time.monotonic()
+    started, stopped = time.monotonic(), None
     try:
         rounds_of.start()
         rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None)
+    except (KeyboardInterrupt, WorkerDied) as error:  # the ratios so far are kept, and the stop is said
+        stopped, rounds = error, rounds_of.measured_rounds()
     finally:
         rounds_of.stop()
         if progress:
@@ -104,13 +108,15 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
                "params": same, "a_case": key(pa), "b_case": key(pb)}
         if est is None:
             row.update(status="skipped", reason=rounds_of.skipped[p])
+        elif len(rounds_of.ratios[p]) < 2:
+            row.update(status="skipped", reason="stopped before two rounds were measured")
         else:
             times = rounds_of.times[p]
             row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
                        b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
                        rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p])
         rows.append(row)
-    return rows, rounds, time.monotonic() - started
+    return rows, rounds, time.monotonic() - started, stopped
 
 
 def label(row: dict) -> str:
@@ -118,7 +124,9 @@ def label(row: dict) -> str:
 
 
 def show(rows: list[dict]) -> str:
-    lines = [f"{'pair':<52} {'a':>10} {'b':>10} {'b/a':>7} {'95% interval':>15}  rounds"]
+    lines = [f"{'pair':<52} {'a med.':>10} {'b med.':>10} {'b/a':>7} {'95% interval':>15}  rounds",
+             f"{'':<52} {'(per call)':>10} {'(per call)':>10} {'(round':>7} {'(bootstrap)':>15}",
+             f"{'':<52} {'':>10} {'':>10} {'ratios)':>7}"]
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"{label(r)[:52]:<52} skipped: {r['reason']}")
@@ -175,14 +183,17 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
     kept = kept_pairs(record, kinds, grid, device)
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
-    rows, rounds, seconds = run(kinds, grid, device, budget, progress, env)
+    rows, rounds, seconds, stopped = run(kinds, grid, device, budget, progress, env)
     facts = machine.metadata()
     saved = {"kind": "pairs", "grid": grid, "device": device, "rounds": rounds, "elapsed_s": seconds,
              "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
              "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": kept + rows}
+             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": kept + rows,
+             "stopped": None if stopped is None else (str(stopped) or "interrupted")}
     write_json_atomic(record, saved)
+    if stopped is not None:
+        raise stopped  # after the record of what was measured is saved
     return saved
 
 
@@ -219,9 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         saved = measure(kinds, args.grid, args.device, args.budget, record, not args.no_progress,
                         FIXED_ALLOCATOR if args.fixed_allocator else None)
-    except WorkerDied as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (WorkerDied, KeyboardInterrupt) as error:
+        saved = read_json(record)
+        print(show([p for p in saved["pairs"] if p["kind"] in kinds]))
+        print(("interrupted" if isinstance(error, KeyboardInterrupt) else f"error: {error}")
+              + f"; the ratios measured so far are saved in {os.path.abspath(record)}", file=sys.stderr)
+        return 130 if isinstance(error, KeyboardInterrupt) else 2
     print(show([p for p in saved["pairs"] if p["kind"] in kinds]))
     print(f"{saved['rounds']} rounds in {saved['elapsed_s']:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
     return 0

@@ -60,7 +60,7 @@ class FakeWorker:
         self.log.append((self.label, "start"))
         return [None] * len(todo)
 
-    def ask(self, request):
+    def ask(self, request, timeout=None):
         self.log.append((self.label, "probe" if "probe" in request else "block"))
         return {"seconds": 0.01}
 
@@ -138,8 +138,18 @@ def test_bad_input_is_a_clear_error_exit_2(tmp_path):
         f.write("\n# head differs\n")
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "head"], cwd=repo,
                    check=True)
-    done = gate(repo, base, "HEAD", "--param", "backend=fast")
-    assert done.returncode == 2 and "no case to compare" in done.stderr
+    for param, says in (("backend=fast", "backend is never 'fast' on grid 'quick'; allowed: math, sdpa"),
+                        ("colour=red", "no axis 'colour' in the chosen cases"), ("backend", "give AXIS=VALUE")):
+        done = gate(repo, base, "HEAD", "--area", "attention", "--param", param)
+        assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    subprocess.run(["git", "checkout", "-q", "--orphan", "bare"], cwd=repo, check=True)
+    subprocess.run(["git", "rm", "-rq", "--cached", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m",
+                    "before the models"], cwd=repo, check=True)
+    bare = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "checkout", "-qf", "-"], cwd=repo, check=True)
+    done = gate(repo, bare, "HEAD")
+    assert done.returncode == 2 and f"commit {bare[:8]} has no transformer/ folder" in done.stderr, done.stderr
     with open(os.path.join(repo, "benchmarks", "cases.py"), "a") as f:
         f.write("\n# an uncommitted change\n")
     done = gate(repo, base)
@@ -153,3 +163,78 @@ def test_a_worker_that_dies_is_named_exit_2(tmp_path):
     done = gate(repo, "HEAD~1", "HEAD", "--area", "attention", "--device", "cpu")  # the base worker dies
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "error: the base worker" in done.stderr and "ended (exit code 3)" in done.stderr
+
+
+# -- what stops a comparison: every case skipped, Ctrl-C, a worker that stops answering ---------------------
+
+class CannedWorker(FakeWorker):
+    """A FakeWorker whose cases fail to build (``build_error``) or whose ``stop_after``-th block is a Ctrl-C."""
+
+    build_error, stop_after = None, None
+
+    def __init__(self, label, models=None, suite=None, env=None):
+        super().__init__(label, [])
+        self.models = models
+
+    def start(self, todo):
+        return [self.build_error] * len(todo)
+
+    def ask(self, request, timeout=None):
+        blocks = sum(1 for _, what in self.log if what == "block")
+        if "probe" not in request and self.stop_after is not None and blocks >= self.stop_after:
+            raise KeyboardInterrupt
+        return super().ask(request, timeout)
+
+
+def canned_gate(monkeypatch, tmp_path, capsys, **worker):
+    from benchmarks import gate
+
+    monkeypatch.setattr(gate, "Worker", type("W", (CannedWorker,), worker))
+    monkeypatch.setattr(gate, "export", lambda commit, into: into)
+    monkeypatch.setattr(gate, "check_sides", lambda base, head: None)
+    record = str(tmp_path / "gate.json")
+    code = gate.main(["HEAD", "HEAD", "--area", "attention", "--device", "cpu", "--param", "backend=sdpa",
+                      "--budget", "5", "--record", record, "--no-progress"])
+    return code, capsys.readouterr(), json.load(open(record))
+
+
+def test_a_gate_that_compared_nothing_is_not_a_pass(monkeypatch, tmp_path, capsys):
+    code, said, saved = canned_gate(monkeypatch, tmp_path, capsys, build_error="Skip: too big for this machine")
+    assert code == 2 and "nothing was compared" in said.err and "which is not a pass" in said.err
+    assert {c["verdict"] for c in saved["cases"]} == {"skipped"}
+
+
+def test_ctrl_c_in_the_gate_keeps_the_rounds_measured_exit_130(monkeypatch, tmp_path, capsys):
+    code, said, saved = canned_gate(monkeypatch, tmp_path, capsys, stop_after=3 * 4 * 4)  # 3 rounds of 4 cases
+    assert code == 130 and "interrupted" in said.err and saved["stopped"] == "interrupted"
+    assert saved["rounds"] == 3 and all(len(c["round_ratios"]) == 3 for c in saved["cases"])
+    assert "ratio" in said.out and "(round" in said.out  # the columns say which estimator each is
+
+
+def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
+    from benchmarks import gate
+
+    class Timed(FakeWorker):
+        def ask(self, request, timeout=None):
+            if "probe" not in request:
+                timeouts.append(timeout)
+            return super().ask(request, timeout)
+
+    timeouts = []
+    g = gate.Gate([("attention", {}, "forward")], Timed("base", []), Timed("head", []))
+    g.start()
+    g.run(lambda e: False, 0.2, 2, 40)
+    assert timeouts and max(timeouts) <= 0.2 + paired.STALL_GRACE_S and min(timeouts) >= paired.STALL_GRACE_S - 1
+
+
+def test_a_worker_that_stops_answering_is_named_within_its_timeout():
+    proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    w = paired.Worker("base", "models", "suite", proc=proc)
+    import tempfile
+    w.log = tempfile.TemporaryFile(mode="w+")
+    try:
+        with pytest.raises(paired.WorkerDied, match="the base worker .* gave no answer within 0.3 s"):
+            w.ask({"case": 0, "calls": 1}, timeout=0.3)
+    finally:
+        proc.kill()
+        proc.wait()

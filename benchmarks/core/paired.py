@@ -41,6 +41,9 @@ TRIM = 0.25
 RESAMPLES, CONFIDENCE = 4000, 0.95
 #: seconds a worker may take to answer one request (build every case, or time one block) before it counts as hung
 WORKER_TIMEOUT_S = 600.0
+#: seconds past the budget a worker may take to answer one block before it counts as stopped (a stopped or
+#: starved process is named then, instead of holding the command past its budget)
+STALL_GRACE_S = 10.0
 #: rounds per pair of worker processes, and the environment the workers run in
 SESSION_ROUNDS = 6
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -225,6 +228,7 @@ class MirroredRounds:
         self.calls: list[int] = []
         self.skipped: dict[int, str] = {}
         self.session = -1
+        self.deadline = math.inf  # when the budget of ``run`` ends (time.monotonic)
 
     def start(self) -> None:
         """Start the workers (again, for a new session), build every case and warm each pair's sides (a new
@@ -263,11 +267,20 @@ class MirroredRounds:
             got = {"a": [], "b": []}
             for name in (first, second, second, first):
                 side = a if name == "a" else b
-                got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]})["seconds"])
+                got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]},
+                                                 self.block_timeout())["seconds"])
             self.ratios[p].append(round_ratio(got["a"], got["b"]))
             self.sessions[p].append(r // SESSION_ROUNDS)
             for name in got:
                 self.times[p][name].extend(got[name])
+
+    def block_timeout(self) -> float:
+        """Seconds one block may take: what is left of the budget and STALL_GRACE_S, at most WORKER_TIMEOUT_S."""
+        return min(WORKER_TIMEOUT_S, max(0.0, self.deadline - time.monotonic()) + STALL_GRACE_S)
+
+    def measured_rounds(self) -> int:
+        """Rounds measured so far (by the pair measured most: a run stopped mid-round counts that round)."""
+        return max((len(r) for r in self.ratios), default=0)
 
     def estimates(self) -> list[Estimate | None]:
         return [None if p in self.skipped else estimate(r, s) for p, (r, s) in enumerate(zip(self.ratios,
@@ -282,6 +295,7 @@ class MirroredRounds:
         (seconds) is spent or ``max_rounds`` are measured; ``progress(rounds, estimates, seconds)`` is told
         each time the estimates are made. Returns the rounds measured."""
         started, r = time.monotonic(), 0
+        self.deadline = started + budget
         while r < max_rounds:
             self.round(r)
             r += 1
