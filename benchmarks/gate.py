@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(stopped, KeyboardInterrupt):
         end = "interrupted"
     elif stopped is not None:
-        end = f"stopped: {stopped}"
+        end = "stopped early: a worker died or stopped answering (below)"
     elif decided:
         end = "every case decided"
     else:
@@ -259,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {len(slower)} slower than {args.threshold:.0%}"
           + ("" if compared else "; nothing was compared: every selected case was skipped, which is not a pass"),
           file=sys.stderr)
+    if isinstance(stopped, WorkerDied):
+        print(f"error: {stopped}", file=sys.stderr)
     write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": args.threshold,
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
