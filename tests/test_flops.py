@@ -144,3 +144,26 @@ def test_bad_input_is_named():
         flops.attention(1, 0, 4, 8)
     with pytest.raises(ValueError, match="backward pass was not counted"):
         flops.count(torch.mm, torch.randn(2, 2), torch.randn(2, 2)).train
+
+
+@pytest.mark.parametrize("call", [
+    lambda: flops.useful_attention_flops(1, 4, 4, 8, causal="no"),
+    lambda: flops.attention(1, 4, 4, 8, causal="no"),
+    lambda: flops.attention(1, 4, 4, 8, masked=1),
+    lambda: flops.multi_head_attention(1, 4, 8, 2, out_proj="False"),
+    lambda: flops.multi_head_attention(1, 4, 8, 2, causal="yes"),
+])
+def test_flags_are_booleans_as_the_modules_take_them(call):
+    with pytest.raises(TypeError, match="must be True or False"):
+        call()
+    assert flops.useful_attention_flops(1, 4, 4, 1, causal=False) == 64  # the count "no" had silently made causal
+
+
+@pytest.mark.parametrize("offset", [-5, -1, 1.5, True])
+def test_positions_start_at_a_whole_offset_of_zero_or_more(offset):
+    from transformer.layers import PositionalEncoding
+
+    with pytest.raises(ValueError, match=f"offset must be a whole number >= 0.*{offset!r}"):
+        PositionalEncoding(8)(torch.zeros(1, 3, 8), offset=offset)
+    assert torch.equal(PositionalEncoding(8)(torch.zeros(1, 3, 8), offset=2),
+                       PositionalEncoding(8)(torch.zeros(1, 5, 8))[:, 2:])

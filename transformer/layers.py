@@ -46,7 +46,9 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_positional_encoding(initial_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x: (batch, n, d_model); position ``offset`` is the first position of x."""
+        """x: (batch, n, d_model); position ``offset`` (an int >= 0) is the first position of x."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a whole number >= 0 (the first position of x), got {offset!r}")
         end = offset + x.shape[1]
         if end > self.pe.shape[0]:  # grow the table in powers of two, computed once per size
             self.pe = sinusoidal_positional_encoding(1 << (end - 1).bit_length(), self.d_model, device=self.pe.device)

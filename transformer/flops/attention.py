@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice, check_heads, check_positive, check_positives, check_probability
+from .._validation import check_bool, check_choice, check_heads, check_positive, check_positives, check_probability
 from ..attention import BACKENDS
 from ..multihead import STRATEGIES
 from .tally import Flops, Tally
@@ -19,6 +19,8 @@ def attention(batch: int, n_q: int, n_k: int, d_k: int, d_v: int | None = None, 
     d_v = d_k if d_v is None else d_v
     check_positives(batch=batch, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v)
     check_probability("dropout_p", dropout_p)
+    for name, flag in (("masked", masked), ("causal", causal), ("inputs_require_grad", inputs_require_grad)):
+        check_bool(name, flag)
     t = Tally()
     recompute = backend == "sdpa" and sdpa_recomputes(d_k, d_v, masked=masked, causal=causal, dropout_p=dropout_p,
                                                       device=device, dtype=dtype)
@@ -67,6 +69,7 @@ def causal_pairs(n_q: int, n_k: int) -> int:
 def useful_attention_flops(batch: int, n_q: int, n_k: int, d_head: int, causal: bool = False) -> int:
     """FlashAttention's convention for throughput: 4 * pairs * d_head per slice, masked pairs not counted."""
     check_positives(batch=batch, n_q=n_q, n_k=n_k, d_head=d_head)
+    check_bool("causal", causal)
     pairs = causal_pairs(n_q, n_k) if causal else n_q * n_k
     return 4 * batch * pairs * d_head
 
@@ -81,6 +84,9 @@ def multi_head_attention(batch: int, n_q: int, d_model: int, num_heads: int, n_k
     check_choice("strategy", strategy, STRATEGIES)
     d_head = check_heads(d_model, num_heads)
     check_probability("dropout_p", dropout_p)
+    for name, flag in (("out_proj", out_proj), ("bias", bias), ("masked", masked), ("causal", causal),
+                       ("inputs_require_grad", inputs_require_grad)):
+        check_bool(name, flag)
     recompute = strategy == "sdpa" and sdpa_recomputes(d_head, masked=masked, causal=causal, dropout_p=dropout_p,
                                                        device=device, dtype=dtype)
     t = Tally()
