@@ -251,19 +251,38 @@ def threads_case(workload: str, threads: int) -> Prepared:
     return prepared
 
 
+def layer_flops(layer: str, seq_len: int, d_model: int, device="cpu") -> flops.Flops:
+    """The FLOP model of one of Table 1's layers (the layers area's case) on LAYER_BATCH sequences."""
+    if layer == "self-attention":
+        return flops.multi_head_attention(LAYER_BATCH, seq_len, d_model, LAYER_HEADS, strategy="sdpa", device=device)
+    if layer == "recurrent":
+        return flops.recurrent_layer(LAYER_BATCH, seq_len, d_model)
+    raise ValueError(f"unknown layer {layer!r}; allowed: 'self-attention', 'recurrent'")
+
+
+def layer_flop_crossover(d_model: int, largest: int = 2**20) -> int | None:
+    """The least n at which the self-attention layer's matmul FLOPs reach the recurrent layer's, computed
+    from the FLOP model (their ratio grows with n: bisection over whole n), or None up to ``largest``."""
+    def reached(n: int) -> bool:
+        return (layer_flops("self-attention", n, d_model).forward.matmul_total
+                >= layer_flops("recurrent", n, d_model).forward.matmul_total)
+    if not reached(largest):
+        return None
+    low, high = 0, largest  # not reached at low (or low == 0), reached at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if reached(mid) else (mid, high)
+    return high
+
+
 def layer_case(layer: str, seq_len: int, d_model: int, device: str) -> Prepared:
     """Table 1: a self-attention layer (8 heads, fused SDPA, with projections; 8nd² + 4n²d FLOPs) against
     a recurrent layer (a GRU; 12nd²) on LAYER_BATCH sequences of n tokens. Their FLOPs cross at n = d."""
     dev = _device(device)
     x = torch.randn(LAYER_BATCH, seq_len, d_model, device=dev)
-    if layer == "self-attention":
-        m = MultiHeadAttention(d_model, LAYER_HEADS, strategy="sdpa", device=dev)
-        f = flops.multi_head_attention(LAYER_BATCH, seq_len, d_model, LAYER_HEADS, strategy="sdpa", device=dev)
-    elif layer == "recurrent":
-        m = RecurrentLayer(d_model, device=dev)
-        f = flops.recurrent_layer(LAYER_BATCH, seq_len, d_model)
-    else:
-        raise ValueError(f"unknown layer {layer!r}; allowed: 'self-attention', 'recurrent'")
+    f = layer_flops(layer, seq_len, d_model, dev)
+    m = (MultiHeadAttention(d_model, LAYER_HEADS, strategy="sdpa", device=dev) if layer == "self-attention"
+         else RecurrentLayer(d_model, device=dev))
     return Prepared(_synchronized(torch.no_grad()(lambda: m(x)), dev), f, tokens=LAYER_BATCH * seq_len,
                     device=dev.type)
 

@@ -181,7 +181,21 @@ def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
     assert a.numbers["time_exponent_d_recurrent"] == pytest.approx(2.0)
     # 8nd² + 4n²d at d = 256: between linear and quadratic in n
     assert 1.0 < a.numbers["matmul_flops_exponent_n_self-attention"] < 2.0
-    assert "d = 128: FLOPs cross at n = 128; measured time crosses at n ≈ 128 (1.00·d)" in a.verdict
+    assert ("d = 128: FLOPs cross at n = 128 (exact, from the FLOP model); measured time crosses at n ≈ 128 (1.00·d)"
+            in a.verdict)
+
+
+def test_the_flop_crossover_is_exact_even_between_the_grids_points():
+    # a grid of n = 64 and 256 only: interpolating between them gave n = 110 at d = 128
+    sparse = layer_table()
+    sparse = sparse[sparse.seq_len.isin([64, 256])]
+    a = table1.analyse_table1(sparse)
+    assert a.numbers["flops_crossover_d128"] == 128 and a.numbers["flops_crossover_d256"] == 256
+    for d in (96, 128, 200):
+        n = cases.layer_flop_crossover(d)
+        assert n == d and all((cases.layer_flops("self-attention", m, d).forward.matmul_total
+                               >= cases.layer_flops("recurrent", m, d).forward.matmul_total) == (m >= n)
+                              for m in (n - 1, n, n + 1))
 
 
 def test_hardware_ratios_raw_and_per_gemm_peak():
