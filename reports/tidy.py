@@ -76,6 +76,10 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
                      "value": float("nan")})
     calibrated = _peaks(saved)
+    for rec, why in _impossible(kept, saved, calibrated):
+        kept.remove(rec)
+        rows.append({**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": "invalid",
+                     "reason": why, "metric": "time", "unit": None, "value": float("nan")})
     raised = _too_low(kept, calibrated)
     peaks = {**calibrated, **{key: achieved for key, (achieved, _) in raised.items()}}
     for key, peak in peaks.items():
@@ -83,8 +87,9 @@ def from_runner(folder: str) -> pd.DataFrame:
         rows.append({**base, "area": "gemm", "method": "matmul", "metric": "gemm_peak_flops_per_s",
                      "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
                      "dtype": dtype, "threads": None if device == "cuda" else int(threads),
-                     "reason": f"raised to the FLOP/s {raised[key][1]} achieved: the calibration read low (a busy "
-                               "machine?)" if key in raised else None})
+                     "reason": f"raised from the calibrated {calibrated[key] / 1e9:.1f} GFLOP/s to the "
+                               f"{raised[key][1]} achieved: the calibration read low (a busy machine?)"
+                               if key in raised else None})
     for rec in kept:
         key = _peak_key(rec)
         rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key)))
@@ -168,6 +173,33 @@ def _peak_key(rec: dict) -> str:
     """The ``machine.peak_key`` a record's fraction of peak is over: its device, dtype and threads."""
     device, dtype = rec["params"].get("device", "cpu"), rec["params"].get("dtype", "float32")
     return f"{device}/{dtype}/{rec['threads'] if device == 'cpu' and rec.get('threads') else 'default'}"
+
+
+def _impossible(kept: list[dict], saved: dict, calibrated: dict[str, float]) -> list[tuple[dict, str]]:
+    """Records whose FLOP/s pass ``machine.IMPOSSIBLE_OVER_PEAK`` times the best matrix-product rate this
+    machine ever showed for their device and dtype (every calibration in machine.json and the performance
+    model's kernel rates, at every thread count), with why: not counted, and they raise no peak."""
+    best: dict[str, float] = {}
+    kernels = {key: max((r for g in c.get("kernels", {}).values() for r in g.get("flops_per_s", ())
+                         if records.positive(r)), default=0.0)
+               for key, c in (saved.get("constants") or {}).items() if isinstance(c, dict)}
+    for peaks in [calibrated, *(saved.get("calibrations") or []), kernels]:
+        for key, peak in peaks.items():
+            device, dtype, _ = key.split("/")
+            if records.positive(peak):
+                best[f"{device}/{dtype}"] = max(peak, best.get(f"{device}/{dtype}", 0.0))
+    out = []
+    for rec in kept:
+        if rec["status"] != "ok" or not rec.get("matmul_flops") or not rec.get("time_median_s"):
+            continue
+        key = _peak_key(rec).rsplit("/", 1)[0]
+        achieved = rec["matmul_flops"] / rec["time_median_s"]
+        if key in best and achieved > machine.IMPOSSIBLE_OVER_PEAK * best[key]:
+            out.append((rec, f"{case_key(rec['area'], rec['method'], rec['params'])}: {achieved / 1e9:.4g} GFLOP/s "
+                             f"in {rec['time_median_s']:.3g} s, more than {machine.IMPOSSIBLE_OVER_PEAK:g}x the best "
+                             f"product rate this machine showed ({best[key] / 1e9:.1f} GFLOP/s): an impossible record, "
+                             "not counted; delete it and resume the run to measure the case again"))
+    return out
 
 
 def _too_low(kept: list[dict], peaks: dict[str, float]) -> dict[str, tuple[float, str]]:

@@ -3,6 +3,7 @@ the best kept, and a case faster than its peak raises the peak and is flagged, n
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_a_case_above_its_peak_raises_the_peak_and_is_flagged_everywhere(tmp_pat
     assert fractions.reason.str.contains("the calibrated GEMM peak: the peak was raised").any()
     peak = t[t.metric == "gemm_peak_flops_per_s"].iloc[0]
     best = t[t.metric == "achieved_flops_per_s"].value.max()
-    assert peak.value == best and "raised to the FLOP/s" in peak.reason and "calibration read low" in peak.reason
+    assert peak.value == best and "raised from the calibrated 0.1 GFLOP/s" in peak.reason and "calibration read low" in peak.reason
     assert reports_main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
 
     csv = pd.read_csv(tmp_path / "t.csv")
@@ -87,3 +88,33 @@ def test_a_calibration_made_under_load_publishes_no_fraction_of_peak_above_1_05(
     assert calibrations[0][key] < calibrations[1][key]  # the loaded one read low
     t = tidy.load([run])
     assert (t[t.metric == "fraction_of_peak"].value <= machine.PEAK_TOLERANCE).all()
+
+
+def test_an_impossible_record_is_not_counted_and_raises_no_peak(tmp_path, fake_peaks, capsys):
+    run = measure(tmp_path / "run", PLAN)
+    path = next(p for p in sorted(glob.glob(os.path.join(run, "cases", "*.json")))
+                if records.read_json(p).get("fraction_of_peak") is not None)
+    rec = records.read_json(path)
+    factor = 1e4  # self-consistent: FLOPs and every rate scaled alike, 1e4x past any rate this machine showed
+    rec.update(matmul_flops=rec["matmul_flops"] * factor, achieved_flops_per_s=rec["achieved_flops_per_s"] * factor,
+               fraction_of_peak=rec["fraction_of_peak"] * factor)
+    assert records.problem(rec) is None
+    records.write_json_atomic(path, rec)
+    t = tidy.load([run])
+    bad = t[(t.metric == "time") & (t.status == "invalid")]
+    assert len(bad) == 1 and "an impossible record" in bad.reason.iloc[0]
+    assert records.case_key(rec["area"], rec["method"], rec["params"]) in bad.reason.iloc[0]
+    peaks = t[t.metric == "gemm_peak_flops_per_s"]
+    assert (peaks.value == 1e11).all() and peaks.reason.isna().all()  # no peak raised by it
+    assert (t[t.metric == "fraction_of_peak"].value <= machine.PEAK_TOLERANCE).all()
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert "an impossible record" in open(tmp_path / "r" / "index.html").read()
+
+
+def test_a_raised_peak_is_said_on_the_page_with_its_calibration(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
+        machine.peak_key("cpu", "float32", t): 1e8 for t in (None, *threads)})
+    run = measure(tmp_path / "run", PLAN)
+    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    page = open(tmp_path / "r" / "index.html").read()
+    assert "Read with care:" in page and "raised from the calibrated 0.1 GFLOP/s" in page

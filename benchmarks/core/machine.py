@@ -136,6 +136,11 @@ def peak_key(device: str, dtype: str, threads: int | None) -> str:
 #: how far a case's achieved FLOP/s may pass its calibrated peak before the peak is known to be too low (a
 #: calibration slowed by other processes) and is raised to it: beyond this a fraction of peak is an error
 PEAK_TOLERANCE = 1.05
+#: how far past the best GEMM rate the machine ever showed for a device and dtype (any calibration, any thread
+#: count) a case's FLOP/s may go before the record is impossible (a damaged or hand-made record, a time cut
+#: short): such a record is not counted and raises no peak. A calibration slowed by other processes reads
+#: low by up to about 2x on a busy 2-core machine; 3x leaves that room.
+IMPOSSIBLE_OVER_PEAK = 3.0
 
 
 def calibrate(threads: list[int] | tuple[int, ...] = (), fresh: bool = False) -> dict[str, float]:

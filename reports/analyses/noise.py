@@ -82,6 +82,16 @@ def run_warnings(runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def peak_warnings(t: pd.DataFrame) -> list[str]:
+    """Each GEMM peak the report raised above its calibration (``reports.tidy``: a case passed it), by what
+    and by which case: every fraction of that peak is over the raised value."""
+    raised = t[(t.metric == "gemm_peak_flops_per_s") & t.reason.notna()]
+    return [f"Run {r.run}: the GEMM peak of {r.device}, {r.dtype}"
+            + (f", {int(r.threads)} threads" if pd.notna(r.threads) else "")
+            + f" is {r.value / 1e9:.1f} GFLOP/s: {r.reason}. Fractions of that peak are over the raised value."
+            for r in raised.itertuples()]
+
+
 def agreement(t: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
     """Per metric (AGREEMENT_METRICS that both runs have): how many common timed cases, and the median and worst
     |second / first - 1| over them, for runs ``first`` and ``second`` (their ``run`` labels)."""
