@@ -27,7 +27,7 @@ import torch
 from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler, records
 
-from . import claims, history, html, measured, predict, tidy
+from . import claims, history, html, measured, predict, ranges, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
@@ -170,7 +170,7 @@ def compare(args) -> int:
     found = noise.agreements(table)
     _print_agreement(found)
     table = one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
-    a = analyse_hardware(table)
+    a = ranges.check(analyse_hardware(table))
     print(a.verdict)
 
     for name, df in a.tables.items():

@@ -18,7 +18,7 @@ from benchmarks.core.measure import MIN_SAMPLES
 from benchmarks.core.records import write_json_atomic
 from benchmarks.core.runner import BUSY_SHARE, NOISY
 
-from . import claims, figures, tidy
+from . import claims, figures, ranges, tidy
 from .analyses import noise, profiling
 from .analyses.registry import run_all
 from .analyses.runs import latest_run, memory_limits
@@ -242,7 +242,8 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
     """The page, its figures, results.csv and report.json, written into the empty folder ``out``."""
     profiles = profiles or []
     _copy_profiles(profiles, out)
-    results = run_all(table, machine, profiling.table(profiles), pairs)
+    table = ranges.check_table(table)  # no row of the CSV, and no figure on the page, outside its range
+    results = [ranges.check(a) for a in run_all(table, machine, profiling.table(profiles), pairs)]
     sections = []
     for a in results:
         saved = figures.save(figures.figures_for(a), out)

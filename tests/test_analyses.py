@@ -117,10 +117,17 @@ def test_roofline_fraction_of_the_measured_peak():
                 for n, v in ((128, lo), (1024, hi))}
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
-    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu"), peak))
+    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
+                                                threads=2), peak))
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(0.5)
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.2)
     assert "sdpa peaks at 50.0 GFLOP/s (50%) at n = 1024" in a.verdict
+    # cases run at 1 thread are held to the 1-thread peak, not to the most threads' (which halved them here)
+    one = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 1),): 60e9}, method="matmul", device="cpu",
+               dtype="float32")
+    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
+                                                threads=1), peak, one))
+    assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
 
 
 def heads_table(flat=True):

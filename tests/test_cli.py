@@ -1,5 +1,6 @@
 """The command line: measure + report, build from results, compare, csv, and clear errors."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from run_helpers import measure
 
 from benchmarks import cases
 from benchmarks.core import machine, records
+from reports import ranges
 from reports.__main__ import main
 
 
@@ -28,6 +30,12 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     index = capsys.readouterr().out.strip().splitlines()[-1]
     assert index == os.path.abspath(os.path.join(report, "index.html")) and os.path.exists(index)
     assert os.path.exists(os.path.join(report, "results.csv"))
+    # every figure the report published is in its range, on an idle machine or a busy one
+    saved = json.load(open(os.path.join(report, "report.json")))
+    published = {(a["key"], k): v for a in saved["analyses"] for k, v in a["numbers"].items()}
+    assert published and not {k: v for k, v in published.items() if ranges.why_out_of_range(k[1], v)}
+    csv = pd.read_csv(os.path.join(report, "results.csv"))
+    assert not [m for m, v in zip(csv.metric, csv.value) if ranges.why_out_of_range(m, v)]
 
     again = str(tmp_path / "again")
     assert main(["build", run, "--report", again]) == 0

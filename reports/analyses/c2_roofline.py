@@ -23,9 +23,7 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
     for device in devices(rows):
         d = rows[rows.device == device]
         curves = d.groupby(["seq_len", "backend"]).value.median().unstack("backend")
-        peaks = t[(t.metric == "gemm_peak_flops_per_s") & (t.device == device) & (t.dtype == "float32")]
-        default_peak = peaks[peaks.threads.isna() | (peaks.threads == peaks.threads.max())].value
-        peak = float(default_peak.max()) if len(default_peak) else float("nan")
+        peak = _peak_at(t, device, d)
         a.tables[f"achieved_{device}"] = curves
         a.numbers[f"gemm_peak_{device}"] = peak
         a.plot(f"achieved_{device}", xlabel="sequence length n (tokens)", ylabel="achieved matmul GFLOP/s",
@@ -49,6 +47,20 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
                     f"{conditions(rows, n=False)}")
     return a
 
+
+
+def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> float:
+    """The measured GEMM peak at the thread count the cases ``d`` ran at (a 1-thread case over the 2-thread
+    peak would read as half its fraction; over the 1-thread peak it is right); NaN when the run has no peak
+    there, or the cases ran at several thread counts (no one peak to hold them to)."""
+    peaks = t[(t.metric == "gemm_peak_flops_per_s") & (t.device == device) & (t.dtype == "float32")]
+    if device != "cpu":
+        return float(peaks.value.max()) if len(peaks) else float("nan")
+    threads = d.threads.dropna().unique()
+    if len(threads) != 1:
+        return float("nan")
+    at = peaks[peaks.threads == threads[0]].value
+    return float(at.max()) if len(at) else float("nan")
 
 
 def _ceilings(t: pd.DataFrame, device: str) -> tuple[float, float] | None:
