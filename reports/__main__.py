@@ -27,11 +27,10 @@ import torch
 from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler, records
 
-from . import claims, history, html, measured, predict, ranges, tidy
+from . import claims, columns, history, html, measured, predict, ranges, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
-from .columns import COLUMNS
 from .html import MISSING, displayable
 
 REPORT_DIR = os.path.join("results", "report")
@@ -198,8 +197,8 @@ def print_measured(args) -> int:
 
 def csv(args) -> int:
     guards.writable_file(args.out, "--out")
-    tidy.check_csv_path(args.out, COLUMNS[:2])
-    tidy.write_csv(tidy.load(args.paths), args.out)
+    columns.check_csv_path(args.out, columns.COLUMNS[:2])
+    columns.write_csv(tidy.load(args.paths), args.out)
     print(os.path.abspath(args.out))
     return 0
 

@@ -1,12 +1,13 @@
 """The tidy table's columns: every metric with its unit, every parameter axis, the machine's facts, and
 ``frame``, which makes rows into a table with them (``reports.tidy`` reads runner folders into it,
-``reports.asv_table`` asv's results)."""
+``reports.asv_table`` asv's results), and ``write_csv``, which writes such a table whole or not at all."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.core import records
 
 #: metric -> unit, for every metric the runner or the asv suite records
 UNITS = {
@@ -54,3 +55,26 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 def facts(meta: dict | None) -> dict:
     meta = meta or {}
     return {k: meta.get(k) for k in MACHINE_FACTS}
+
+
+def _is_csv_with(columns: list[str]):
+    """``is_own`` for ``records.check_replaceable``: a CSV file whose header starts with ``columns``."""
+    def own(path: str) -> bool:
+        with open(path, encoding="utf-8") as f:
+            header = f.readline().rstrip("\r\n").split(",")
+        return header[:len(columns)] == columns
+    return own
+
+
+def check_csv_path(path: str, first: list[str], what: str = "--out") -> None:
+    """ValueError naming ``path`` unless a CSV may be written there: a new file, or a CSV whose header starts
+    with ``first`` (one this command wrote); never a record, a page or a folder."""
+    records.check_replaceable(path, what, _is_csv_with(first), "a CSV this command wrote (header "
+                              f"{','.join(first)},...)")
+
+
+def write_csv(table: pd.DataFrame, path: str, what: str = "--out") -> None:
+    """``table`` as CSV at ``path``, whole or not at all (a full disk leaves the old file as it was), replacing
+    only a CSV of the same columns (``check_csv_path``)."""
+    check_csv_path(path, list(table.columns[:2]), what)
+    records.write_text_atomic(path, table.to_csv(index=False))

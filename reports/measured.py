@@ -65,6 +65,10 @@ def markdown(record: dict, name: str, only: list[str] | None = None, doc: str = 
     return "\n".join([begin(name, only, doc), "", *RENDER[kind](record, name, only, link), "", END]) + "\n"
 
 
+def _commit(commit: str | None) -> str:
+    return short(commit) if commit else "unknown"
+
+
 def _machine(m: dict) -> str:
     gpu = f", {m['gpu_name']}" if m.get("gpu_name") else ""
     return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{gpu}"
@@ -127,7 +131,7 @@ def _where(record: dict) -> str:
 
 
 def _compare_with_torch(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved run [`{name}`]({link}) (commit {short(record['commit']) if record['commit'] else 'unknown'}, "
+    lines = [f"From the saved run [`{name}`]({link}) (commit {_commit(record['commit'])}, "
              f"{record['generated']}; "
              f"{_machine(record['machine'])}; {_where(record)}, {record['dtype']}; {_rounds(record['rounds'])}, "
              f"each timing blocks of {record['block_time']:g} s in the order ours, torch, floor, floor, torch, ours; "
@@ -226,7 +230,7 @@ def sensitivity_table(record: dict) -> pd.DataFrame:
 
 
 def sensitivity_caption(record: dict) -> str:
-    return (f"{_machine(record['machine'])}, {record['generated'][:16]}, commit {short(record['commit']) if record['commit'] else 'unknown'}"
+    return (f"{_machine(record['machine'])}, {record['generated'][:16]}, commit {_commit(record['commit'])}"
             + ("" if record.get("done", True) else ", stopped before its last trial") + f": {record['trials']} "
             "trials of slowdowns injected into equation (1) (a spin for that share of each call's own time) and a "
             f"no-change control, on its CPU forward cases; the gate's budget {record['budget_s']:g} s")
@@ -295,7 +299,7 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
 
 def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     lines = [f"From the saved run [`{name}`]({link}) ({record['date'][:16]}, commit "
-             f"{short(record.get('commit')) if record.get('commit') else 'unknown'}; {_machine(record['machine'])}, {record['threads']} threads; "
+             f"{_commit(record.get('commit'))}; {_machine(record['machine'])}, {record['threads']} threads; "
              f"`python -m benchmarks.pairs`): both cases of each ratio timed in mirrored blocks in one process"
              + (f" (run with {', '.join(f'{k}={v}' for k, v in sorted(record['worker_env'].items()))})"
                 if record.get("worker_env") else "")

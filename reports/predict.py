@@ -15,7 +15,7 @@ import pandas as pd
 from benchmarks.core import perfmodel
 from benchmarks.core.records import read_json
 
-from . import tidy
+from . import columns, tidy
 from .analyses.base import fmt_ratio, fmt_time
 from .analyses.prediction import crossover_curves, heads_ratio, where_overtakes
 
@@ -138,8 +138,8 @@ def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: st
 def main(sheet: str, run: str, csv: str | None = None, dtype: str = "float32") -> tuple[str, dict]:
     """The lines to print and the record's fields."""
     if csv:
-        tidy.check_csv_path(csv, PREDICTED_COLUMNS, "--csv")
+        columns.check_csv_path(csv, PREDICTED_COLUMNS, "--csv")
     table, there = predict_run(sheet, run, dtype)
     if csv:
-        tidy.write_csv(table.assign(label=there.source), csv, "--csv")
+        columns.write_csv(table.assign(label=there.source), csv, "--csv")
     return report(table, there, run), summary(table, there, sheet, run)

@@ -11,7 +11,7 @@ are defined in ``reports.columns``, asv's rows made in ``reports.asv_table``. ``
 runner folders and asv results folders; several machines' results concatenate into one table. A runner
 record is counted only if it passes ``records.problem`` and is of its folder's commit (else a row that
 names it: ``NOT_COUNTED``); rates come from counts over the median time, fractions of peak from the run's
-best GEMM peak, raised where a case passed it (``_too_low``).
+best GEMM peak, raised where a case passed it (``peaks.too_low``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from collections.abc import Iterable
 import pandas as pd
 
 from benchmarks.core import machine, perfmodel, profiler, records
-from benchmarks.core.records import case_key, read_json
+from benchmarks.core.records import read_json
 from benchmarks.core.runner import BUSY_SHARE
 
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
+from .peaks import impossible, peak_key, peaks_of, too_low
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "counted", "from_asv",
            "from_runner", "load", "load_pairs", "load_profiles", "runs", "unique_paths"]
@@ -75,12 +76,12 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "reason": f"{path}: {why}; a run into this folder sets it aside and measures the case again",
                      "metric": "sequential_depth" if method == "graph" else "time", "unit": None,
                      "value": float("nan")})
-    calibrated = _peaks(saved)
-    for rec, why in _impossible(kept, saved, calibrated):
+    calibrated = peaks_of(saved)
+    for rec, why in impossible(kept, saved, calibrated):
         kept.remove(rec)
         rows.append({**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": "invalid",
                      "reason": why, "metric": "time", "unit": None, "value": float("nan")})
-    raised = _too_low(kept, calibrated)
+    raised = too_low(kept, calibrated)
     peaks = {**calibrated, **{key: achieved for key, (achieved, _) in raised.items()}}
     for key, peak in peaks.items():
         device, dtype, threads = key.split("/")
@@ -91,7 +92,7 @@ def from_runner(folder: str) -> pd.DataFrame:
                                f"{raised[key][1]} achieved: the calibration read low (a busy machine?)"
                                if key in raised else None})
     for rec in kept:
-        key = _peak_key(rec)
+        key = peak_key(rec)
         rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key)))
     models = _constants(saved)
     rows.extend(_constant_rows(saved, base))
@@ -110,7 +111,7 @@ def counted(folder: str) -> tuple[dict, list[dict]]:
 def _constants_key(rec: dict, saved: dict) -> str:
     """The ``machine.peak_key`` of the constants that price a record: its device, dtype and threads, a CPU
     record without a thread count at the run's default."""
-    key = _peak_key(rec)
+    key = peak_key(rec)
     return key.replace("/default", f"/{saved['machine'].get('torch_threads')}") if key.startswith("cpu/") else key
 
 
@@ -155,66 +156,6 @@ def _predicted_rows(rec: dict, base: dict, constants: perfmodel.Constants | None
     values = {"predicted_time": p.time_s, "predicted_compute": p.compute_s, "predicted_memory": p.memory_s,
               "predicted_overhead": p.overhead_s, "bytes_moved": sum(op["bytes"] * op["count"] for op in rec["ops"])}
     return [{**common, "metric": metric, "unit": PREDICTED[metric], "value": value} for metric, value in values.items()]
-
-
-def _peaks(saved: dict) -> dict[str, float]:
-    """machine.json's GEMM peaks by ``machine.peak_key``, the default thread count resolved to its number
-    (older folders name it ``default``); each key's best where two name one thread count."""
-    peaks: dict[str, float] = {}
-    for key, peak in saved["gemm_peaks"].items():
-        device, dtype, threads = key.split("/")
-        if device == "cpu" and threads == "default":
-            key = f"{device}/{dtype}/{saved['machine']['torch_threads']}"
-        peaks[key] = max(peak, peaks.get(key, 0.0))
-    return peaks
-
-
-def _peak_key(rec: dict) -> str:
-    """The ``machine.peak_key`` a record's fraction of peak is over: its device, dtype and threads."""
-    device, dtype = rec["params"].get("device", "cpu"), rec["params"].get("dtype", "float32")
-    return f"{device}/{dtype}/{rec['threads'] if device == 'cpu' and rec.get('threads') else 'default'}"
-
-
-def _impossible(kept: list[dict], saved: dict, calibrated: dict[str, float]) -> list[tuple[dict, str]]:
-    """Records whose FLOP/s pass ``machine.IMPOSSIBLE_OVER_PEAK`` times the best matrix-product rate this
-    machine ever showed for their device and dtype (every calibration in machine.json and the performance
-    model's kernel rates, at every thread count), with why: not counted, and they raise no peak."""
-    best: dict[str, float] = {}
-    kernels = {key: max((r for g in c.get("kernels", {}).values() for r in g.get("flops_per_s", ())
-                         if records.positive(r)), default=0.0)
-               for key, c in (saved.get("constants") or {}).items() if isinstance(c, dict)}
-    for peaks in [calibrated, *(saved.get("calibrations") or []), kernels]:
-        for key, peak in peaks.items():
-            device, dtype, _ = key.split("/")
-            if records.positive(peak):
-                best[f"{device}/{dtype}"] = max(peak, best.get(f"{device}/{dtype}", 0.0))
-    out = []
-    for rec in kept:
-        if rec["status"] != "ok" or not rec.get("matmul_flops") or not rec.get("time_median_s"):
-            continue
-        key = _peak_key(rec).rsplit("/", 1)[0]
-        achieved = rec["matmul_flops"] / rec["time_median_s"]
-        if key in best and achieved > machine.IMPOSSIBLE_OVER_PEAK * best[key]:
-            out.append((rec, f"{case_key(rec['area'], rec['method'], rec['params'])}: {achieved / 1e9:.4g} GFLOP/s "
-                             f"in {rec['time_median_s']:.3g} s, more than {machine.IMPOSSIBLE_OVER_PEAK:g}x the best "
-                             f"product rate this machine showed ({best[key] / 1e9:.1f} GFLOP/s): an impossible record, "
-                             "not counted; delete it and resume the run to measure the case again"))
-    return out
-
-
-def _too_low(kept: list[dict], peaks: dict[str, float]) -> dict[str, tuple[float, str]]:
-    """Peaks that a case's achieved FLOP/s passed by more than ``machine.PEAK_TOLERANCE``: key -> (the best
-    such FLOP/s, which case). Such a peak was calibrated low; it is raised to that case's FLOP/s, so that no
-    fraction of peak is ever published above 1."""
-    out: dict[str, tuple[float, str]] = {}
-    for rec in kept:
-        if rec["status"] != "ok" or rec.get("fraction_of_peak") is None or _peak_key(rec) not in peaks:
-            continue
-        key, achieved = _peak_key(rec), rec["matmul_flops"] / rec["time_median_s"]
-        if machine.bounded_fraction(achieved, peaks[key])[1] and achieved > out.get(key, (0.0, ""))[0]:
-            case = case_key(rec["area"], rec["method"], rec["params"])
-            out[key] = (achieved, f"{achieved / 1e9:.1f} GFLOP/s that {case}")
-    return out
 
 
 #: what a case record the report does not count is: cannot be read, or read but wrong (``records.problem``),
@@ -287,8 +228,8 @@ def samples(rec: dict) -> int | None:
 
 
 def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: float | None = None) -> list[dict]:
-    """A record's rows; ``peak``: the run's GEMM peak for its device, dtype and threads (``_peaks``, raised by
-    ``_too_low``), which its fraction of peak is over (the record's own stored peak without one); a case
+    """A record's rows; ``peak``: the run's GEMM peak for its device, dtype and threads (``peaks.peaks_of``, raised by
+    ``peaks.too_low``), which its fraction of peak is over (the record's own stored peak without one); a case
     that passed the ``calibrated`` peak by more than the tolerance says so on its fraction's row."""
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
@@ -376,7 +317,8 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
                                           commit=("commit", "first"), commit_error=("commit_error", "first"),
                                           env=("env", "first"), first=("date", "min"), last=("finished", "max"),
                                           rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"))
-    out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}" for c, e in zip(out.commit, out.commit_error)]
+    out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}"
+                     for c, e in zip(out.commit, out.commit_error)]
     ok = timed[timed.status == "ok"]
     out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
         out.index, fill_value=0).astype(int)
@@ -431,25 +373,3 @@ def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict
     return [{**r, "root": path, "machine": name} for path, name in _runner_folders(paths, machine)
             for r in profiler.load(path)]
 
-
-def _is_csv_with(columns: list[str]):
-    """``is_own`` for ``records.check_replaceable``: a CSV file whose header starts with ``columns``."""
-    def own(path: str) -> bool:
-        with open(path, encoding="utf-8") as f:
-            header = f.readline().rstrip("\r\n").split(",")
-        return header[:len(columns)] == columns
-    return own
-
-
-def check_csv_path(path: str, first: list[str], what: str = "--out") -> None:
-    """ValueError naming ``path`` unless a CSV may be written there: a new file, or a CSV whose header starts
-    with ``first`` (one this command wrote); never a record, a page or a folder."""
-    records.check_replaceable(path, what, _is_csv_with(first), "a CSV this command wrote (header "
-                              f"{','.join(first)},...)")
-
-
-def write_csv(table: pd.DataFrame, path: str, what: str = "--out") -> None:
-    """``table`` as CSV at ``path``, whole or not at all (a full disk leaves the old file as it was), replacing
-    only a CSV of the same columns (``check_csv_path``)."""
-    check_csv_path(path, list(table.columns[:2]), what)
-    records.write_text_atomic(path, table.to_csv(index=False))

@@ -203,7 +203,8 @@ def test_a_gate_that_compared_nothing_is_not_a_pass(monkeypatch, tmp_path, capsy
 
 
 def test_ctrl_c_in_the_gate_keeps_the_rounds_measured_exit_130(monkeypatch, tmp_path, capsys):
-    code, said, saved = canned_gate(monkeypatch, tmp_path, capsys, stop_after=3 * 2 * 4)  # 3 rounds of 4 cases, 2 blocks each
+    # Ctrl-C after 3 rounds of 4 cases, 2 blocks each
+    code, said, saved = canned_gate(monkeypatch, tmp_path, capsys, stop_after=3 * 2 * 4)
     assert code == 130 and "interrupted" in said.err and saved["stopped"] == "interrupted"
     assert saved["rounds"] == 3 and all(len(c["round_ratios"]) == 3 for c in saved["cases"])
     assert "ratio" in said.out and "(round" in said.out  # the columns say which estimator each is

@@ -286,7 +286,6 @@ def _worker(launcher: int, local_rank: int) -> int | None:
 def test_a_rank_killed_mid_run_stops_the_others_with_a_clear_error_and_a_rerun_completes(tmp_path):
     import json
     import signal
-    import time
 
     out = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",

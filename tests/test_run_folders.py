@@ -337,7 +337,8 @@ def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_lin
     assert code == 0, err
     earlier = os.path.join(run, "earlier", f"{records.short(records.commit())}-1r")
     note = [line for line in err.splitlines() if line.startswith("note:")]
-    assert len(note) == 1 and f"moved 3 records of commit {records.short(records.commit())} in 1 round to {earlier}" in note[0]
+    sha = records.short(records.commit())
+    assert len(note) == 1 and f"moved 3 records of commit {sha} in 1 round to {earlier}" in note[0]
     # the earlier run, whole, in a folder of its own that the report reads; this folder holds only the new run
     assert files(earlier) == {k: v for k, v in before.items() if k.startswith("cases") or k == "machine.json"}
     assert set(tidy.load([earlier]).commit.dropna()) == {records.commit()}

@@ -13,7 +13,7 @@ from run_helpers import files, in_process
 
 from benchmarks import pairs
 from benchmarks.core import records
-from reports import html, measured, tidy
+from reports import columns, html, measured, tidy
 
 
 def full_disk(monkeypatch):
@@ -96,13 +96,13 @@ def test_csv_replaces_only_a_csv_it_wrote_and_never_leaves_a_partial_one(tmp_pat
     assert files(run) == before
     out = tmp_path / "t.csv"
     frame = pd.DataFrame({"source": ["runner"], "run": ["r"], "value": [1.0]})
-    tidy.write_csv(frame, str(out))
-    tidy.write_csv(frame.assign(value=2.0), str(out))  # its own CSV: replaced
+    columns.write_csv(frame, str(out))
+    columns.write_csv(frame.assign(value=2.0), str(out))  # its own CSV: replaced
     assert pd.read_csv(out).value.tolist() == [2.0]
 
     full_disk(monkeypatch)
     with pytest.raises(OSError):
-        tidy.write_csv(frame.assign(value=3.0), str(out))
+        columns.write_csv(frame.assign(value=3.0), str(out))
     monkeypatch.undo()
     assert pd.read_csv(out).value.tolist() == [2.0]  # the old file whole
 
