@@ -135,11 +135,38 @@ def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: st
             "predicted": verdicts(table, "predicted"), "measured": verdicts(table, "measured")}
 
 
+#: how far (a factor, at the median case) a run's own constants may predict its own cases before every
+#: prediction made from them is said to carry that error
+SELF_CHECK_FACTOR = 3.0
+
+
+def self_check(run: str) -> str | None:
+    """A warning when ``run``'s own measured constants predict its own cases more than SELF_CHECK_FACTOR off
+    at the median (constants measured in other conditions than the cases: a busy machine, say), else None."""
+    t = tidy.load([run])
+    ok = t[(t.status == "ok") & t.metric.isin(["time", "predicted_time"])]
+    keys = ["area", "method", *[c for c in tidy.PARAMS if c in ok and ok[c].notna().any()]]
+    wide = ok.assign(**{k: ok[k].astype(object).where(ok[k].notna(), "") for k in keys}).pivot_table(
+        index=keys, columns="metric", values="value", aggfunc="median")
+    if not {"time", "predicted_time"} <= set(wide) or wide.dropna().empty:
+        return None
+    factor = float((wide.predicted_time / wide.time).dropna().median())
+    if 1 / SELF_CHECK_FACTOR <= factor <= SELF_CHECK_FACTOR:
+        return None
+    return (f"{run}'s own constants predict its own cases {factor:.3g}x their measured time at the median case: "
+            "they were measured in other conditions than its cases (a busy machine?). Every figure predicted from "
+            "them, the host costs carried onto another machine included, carries that error: measure the run "
+            "again on a quiet machine")
+
+
 def main(sheet: str, run: str, csv: str | None = None, dtype: str = "float32") -> tuple[str, dict]:
     """The lines to print and the record's fields."""
     if csv:
         columns.check_csv_path(csv, PREDICTED_COLUMNS, "--csv")
     table, there = predict_run(sheet, run, dtype)
+    warning = self_check(run)
+    if warning:
+        there.notes.insert(0, "WARNING: " + warning)
     if csv:
         columns.write_csv(table.assign(label=there.source), csv, "--csv")
-    return report(table, there, run), summary(table, there, sheet, run)
+    return report(table, there, run), {**summary(table, there, sheet, run), "warning": warning}

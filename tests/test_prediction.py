@@ -15,7 +15,7 @@ from run_helpers import ROOT, in_process, measure
 
 from benchmarks import cases
 from benchmarks.core import perfmodel, records
-from reports import tidy
+from reports import predict, tidy
 from reports.__main__ import main
 from reports.analyses.c2_roofline import analyse_roofline
 from reports.analyses.prediction import analyse_prediction, crossover_curves, pairs, where_overtakes
@@ -123,3 +123,17 @@ def test_the_crossover_is_placed_predicted_and_measured_or_the_winner_named():
     flat = p.assign(measured=p.measured.where(p.model == "transformer", 1.0))
     curves, cross = crossover_curves(flat, "measured")
     assert cross is None and where_overtakes(cross, curves) == "nowhere in n = 16..128 (the RNN faster throughout)"
+
+
+def test_constants_that_mispredict_their_own_run_are_said_with_every_prediction(run, capsys, tmp_path):
+    assert predict.self_check(run) is None  # this run's constants and cases, measured together
+    slow = str(tmp_path / "slow")
+    shutil.copytree(run, slow)
+    saved = records.read_json(os.path.join(slow, "machine.json"))
+    for c in saved["constants"].values():  # host costs as a busy machine read them: 300x each Python line
+        c["overhead_s"] = {k: v * 300 for k, v in c["overhead_s"].items()}
+    records.write_json_atomic(os.path.join(slow, "machine.json"), saved)
+    warning = predict.self_check(slow)
+    assert warning and "own constants predict its own cases" in warning and "busy machine" in warning
+    assert main(["predict", SHEET, "--run", slow]) == 0
+    assert "# note: WARNING: " + warning in capsys.readouterr().out
