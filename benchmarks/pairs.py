@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         if not any(pairs_of(kind, args.grid, args.device) for kind in kinds):
             raise ValueError(f"no pair of {kinds} on grid {args.grid!r} for device {args.device!r}")
         if args.out:
+            guards.writable_folder(args.out, "--out")
             check_run_folder(args.out)
         guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
         guards.writable_file(record, "--record")

@@ -167,3 +167,22 @@ def test_a_pairs_record_of_another_commit_is_not_shown_as_the_runs(tmp_path, cap
     assert tidy.load_pairs([str(run)]) == []
     assert "measured at commit bbbbbbbb, not the run folder's aaaaaaaa" in capsys.readouterr().err
 
+
+
+def test_a_machine_label_names_a_folder_under_results_and_nothing_else(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for bad in ("../../etc", "a/b", ".hidden", ""):
+        code, err = in_process(capsys, "--grid", "quick", "--machine", bad, "--no-progress", module="benchmarks.runner")
+        assert code == 2 and "is not a machine label" in err, (bad, err)
+    assert os.listdir(tmp_path) == []  # nothing written anywhere
+
+
+def test_a_symlink_loop_or_a_file_as_a_folder_is_named(tmp_path, capsys):
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    code, err = in_process(capsys, "--grid", "quick", "--out", str(loop), "--no-progress", module="benchmarks.runner")
+    assert code == 2 and "is a symbolic link" in err and "does not resolve" in err
+    afile = tmp_path / "f"
+    afile.write_text("mine")
+    code, err = in_process(capsys, "--grid", "quick", "--out", str(afile), "--budget", "1", module="benchmarks.pairs")
+    assert code == 2 and f"--out {str(afile)!r} is a file" in err and afile.read_text() == "mine"

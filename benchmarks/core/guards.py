@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import tempfile
 
@@ -81,9 +82,25 @@ def check_seconds(name: str, value: float) -> float:
     return float(value)
 
 
+#: a machine's label: it names a folder (results/runs/<label>-<grid>), so letters, digits, '.', '_' and '-' only
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def label(text: str) -> str:
+    """argparse ``type=`` for ``--machine``: a label that names a folder under results/ and nothing else."""
+    if not LABEL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a machine label: give 1 to 64 letters, digits, '.', '_' or '-', starting with a letter "
+            "or digit (it names the run folder results/runs/<label>-<grid>)")
+    return text
+
+
 def writable_folder(path: str, what: str) -> str:
     """Create ``path`` if needed and prove that a file can be written in it; else ValueError saying which
     path (``what``: the option or role, e.g. "--out") and why."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ValueError(f"{what} {path!r} is a symbolic link to {os.readlink(path)!r}, which does not resolve (a "
+                         "loop, or a missing target); give a folder")
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"{what} {path!r} is a file, not a folder; give a folder (it is created if missing)")
     try:

@@ -38,7 +38,8 @@ def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], defau
     parser.add_argument("--grid", default=default_grid, choices=list(grids),
                         help=f"grid to measure (default {default_grid})")
     parser.add_argument("--out", help="run folder (default results/runs/<machine>-<grid>; resumes if present)")
-    parser.add_argument("--machine", help="label for this machine in reports (default: the hostname)")
+    parser.add_argument("--machine", type=guards.label,
+                        help="label for this machine in reports and its run folder's name (default: the hostname)")
     parser.add_argument("--min-run-time", type=guards.seconds, default=MIN_RUN_TIME,
                         help=f"seconds of timing per method (default {MIN_RUN_TIME:g})")
     if rounds:
