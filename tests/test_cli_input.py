@@ -60,6 +60,7 @@ def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, mo
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("a good report")
+    (report / "report.json").write_text(json.dumps({k: [] for k in html.REPORT_FIELDS}))  # one this command wrote
     done = cli("--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report), "--no-progress",
                module=module) if module == "reports" else cli("--device", "cuda", "--out", str(tmp_path / "run"),
                                                                 module=module)
