@@ -4,6 +4,7 @@ cases in one worker, the command end to end, and bad input."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,8 @@ import torch
 from benchmarks import cases, pairs
 from benchmarks.core import paired
 from reports import measured
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_c1_pairs_the_transformer_with_the_width_matched_rnn_at_every_size_and_length():
@@ -133,3 +136,34 @@ def test_a_pairs_record_that_is_not_right_is_named_and_left_out(tmp_path, capsys
     assert [r["device"] for r in got] == ["cpu"] and got[0]["machine"] == "box"
     said = capsys.readouterr().err
     assert "pairs-cuda.json: pair heads" in said and "outside its interval" in said and "pairs-mps.json" in said
+
+
+def test_ctrl_c_keeps_the_ratios_measured_so_far_in_the_record_exit_130(tmp_path, monkeypatch, capsys):
+    class Interrupted(OneWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def ask(self, request, timeout=None):
+            if "case" in request and len(self.blocks) >= 4 * 2 * len(pairs.pairs_of("c1", "quick", "cpu")):
+                raise KeyboardInterrupt  # at the third round (4 blocks per pair a round)
+            return super().ask(request, timeout)
+
+    monkeypatch.setattr(pairs, "Worker", Interrupted)
+    record = tmp_path / "pairs.json"
+    assert pairs.main(["--grid", "quick", "--only", "c1", "--record", str(record), "--no-progress"]) == 130
+    saved = json.loads(record.read_text())
+    assert saved["stopped"] == "interrupted" and saved["rounds"] == 2  # two whole rounds before it
+    assert {p["status"] for p in saved["pairs"]} == {"ok"} and all(p["rounds"] == 2 for p in saved["pairs"])
+    said = capsys.readouterr()
+    assert "interrupted; the ratios measured so far are saved" in said.err and "c1:" in said.out
+
+
+def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path):
+    script = [sys.executable, "scripts/gate_sensitivity.py"]
+    done = subprocess.run(script + ["--trials", "0"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "--trials: must be a whole number >= 1, got '0'" in done.stderr
+    other = tmp_path / "machine.json"
+    other.write_text(json.dumps({"machine": {}, "gemm_peaks": {}}))
+    done = subprocess.run(script + ["--record", str(other)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "not a record of kind 'gate-sensitivity'" in done.stderr
+    assert json.loads(other.read_text()) == {"machine": {}, "gemm_peaks": {}}
