@@ -33,9 +33,9 @@ from . import cases
 from .core import guards, machine
 from .core.paired import (
     FIXED_ALLOCATOR,
+    IDLE_PASSIVE,
     SESSION_ROUNDS,
     VERDICTS,
-    WORKER_ENV,
     MirroredRounds,
     Side,
     Worker,
@@ -228,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
         base_models = export(base, os.path.join(tmp, "base"))
         head_models = ROOT if head == TREE else export(head, os.path.join(tmp, "head"))
-        gate = Gate(todo, Worker("base", base_models, ROOT, FIXED_ALLOCATOR),
-                    Worker("head", head_models, ROOT, FIXED_ALLOCATOR))
+        gate = Gate(todo, Worker("base", base_models, ROOT, {**IDLE_PASSIVE, **FIXED_ALLOCATOR}),
+                    Worker("head", head_models, ROOT, {**IDLE_PASSIVE, **FIXED_ALLOCATOR}))
         started = time.monotonic()
         print(f"Comparing {len(todo)} cases: head {head if head == TREE else head[:8]} against base {base[:8]}, "
               f"mirrored blocks of about {BLOCK_S * 1e3:g} ms, until decided or {args.budget:g} s", file=sys.stderr)
@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                                "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-                               "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **FIXED_ALLOCATOR},
+                               "threads": torch.get_num_threads(), "worker_env": {**IDLE_PASSIVE, **FIXED_ALLOCATOR},
+                               "regime": gate.base.regime,
                                "stopped": None if stopped is None else (str(stopped) or "interrupted"),
                                "cases": rows})
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)

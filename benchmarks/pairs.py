@@ -33,7 +33,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import FIXED_ALLOCATOR, SESSION_ROUNDS, WORKER_ENV, MirroredRounds, Side, Worker, WorkerDied
+from .core.paired import FIXED_ALLOCATOR, SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,7 +74,7 @@ def key(case: tuple[str, dict, str]) -> str:
 
 def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None):
     """Measure every pair of ``kinds``: (rows, rounds, seconds, what stopped it early: None, a
-    KeyboardInterrupt or a WorkerDied)."""
+    KeyboardInterrupt or a WorkerDied, the regime the worker ran in)."""
     listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
     todo = list({key(c): c for _, pair in listed for c in pair}.values())
     index = {key(c): i for i, c in enumerate(todo)}
@@ -116,7 +116,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
                        b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
                        rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p])
         rows.append(row)
-    return rows, rounds, time.monotonic() - started, stopped
+    return rows, rounds, time.monotonic() - started, stopped, worker.regime
 
 
 def label(row: dict) -> str:
@@ -183,13 +183,13 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
     kept = kept_pairs(record, kinds, grid, device)
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
-    rows, rounds, seconds, stopped = run(kinds, grid, device, budget, progress, env)
+    rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env)
     facts = machine.metadata()
     saved = {"kind": "pairs", "grid": grid, "device": device, "rounds": rounds, "elapsed_s": seconds,
              "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
              "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "worker_env": {**WORKER_ENV, **(env or {})}, "pairs": kept + rows,
+             "threads": torch.get_num_threads(), "worker_env": env or {}, "regime": regime, "pairs": kept + rows,
              "stopped": None if stopped is None else (str(stopped) or "interrupted")}
     write_json_atomic(record, saved)
     if stopped is not None:
@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                         "<host>-<grid>-<device>.json)")
     parser.add_argument("--fixed-allocator", action="store_true",
                         help="run the worker with glibc's allocator fixed, as the gate does (no page faults on "
-                        "large tensors), instead of the default allocator the grid runs with")
+                        "large tensors), instead of the default allocator the grid runs with (without it the "
+                        "worker runs in the users' default regime, as the grid does)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     record = args.record or (os.path.join(args.out, RECORD.format(device=args.device)) if args.out else os.path.join(

@@ -356,14 +356,15 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
                 print(f"warning: {error}; not counted", file=sys.stderr)
                 continue
             problem = records.pairs_problem(record)
-            commit = read_json(os.path.join(path, "machine.json")).get("commit")
+            saved = read_json(os.path.join(path, "machine.json"))
+            commit = saved.get("commit")
             if not problem and record.get("commit") != commit:
                 problem = (f"measured at commit {records.short(record.get('commit'))}, not the run folder's "
                            f"{records.short(commit)} (machine.json)")
             if problem:
                 print(f"warning: {file}: {problem}; not counted", file=sys.stderr)
                 continue
-            out.append({**record, "root": path, "machine": name})
+            out.append({**record, "root": path, "machine": name, "run_regime": saved["machine"].get("regime")})
     return out
 
 

@@ -53,6 +53,8 @@ def test_too_few_rounds_are_inconclusive_never_a_verdict():
 class FakeWorker:
     """Stands in for a worker process: logs what it is asked, answers 10 ms a call."""
 
+    regime = {"threads": 1, "env": {}}
+
     def __init__(self, label: str, log: list):
         self.label, self.log = label, log
 

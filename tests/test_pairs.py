@@ -37,7 +37,7 @@ def test_heads_pairs_one_head_with_64_per_strategy_with_the_output_projection():
 class OneWorker:
     """Stands in for a worker process holding every case: logs which case each block times."""
 
-    label = "cases"
+    label, regime = "cases", {"threads": 1, "env": {}}
 
     def __init__(self):
         self.blocks = []
@@ -167,3 +167,25 @@ def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path):
     done = subprocess.run(script + ["--record", str(other)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "not a record of kind 'gate-sensitivity'" in done.stderr
     assert json.loads(other.read_text()) == {"machine": {}, "gemm_peaks": {}}
+
+
+def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in():
+    fresh = subprocess.run([sys.executable, "-c", "import json; from benchmarks.core import records; "
+                            "print(json.dumps(records.regime()))"], capture_output=True, text=True, cwd=ROOT)
+    runner_regime = json.loads(fresh.stdout)
+    worker = paired.Worker("cases", ROOT, ROOT)  # as benchmarks.pairs starts it (no --fixed-allocator)
+    try:
+        worker.start([])
+    finally:
+        worker.stop()
+    assert worker.regime == runner_regime and "OMP_WAIT_POLICY" not in worker.regime["env"]
+
+
+def test_the_page_says_whether_the_pairs_ran_in_the_grids_regime():
+    from reports.analyses.paired import regime_said
+
+    same = {"threads": 2, "env": {}}
+    assert regime_said([{"regime": same, "run_regime": same}]) == "worker in the grid's regime (every runtime default)"
+    other = regime_said([{"regime": {"threads": 2, "env": {"OMP_WAIT_POLICY": "PASSIVE"}}, "run_regime": same}])
+    assert other.startswith("worker in another regime than the grid's: OMP_WAIT_POLICY=PASSIVE, 2 threads")
+    assert regime_said([{"worker_env": {"OMP_WAIT_POLICY": "PASSIVE"}}]) == "worker run with OMP_WAIT_POLICY=PASSIVE"

@@ -21,6 +21,7 @@ import torch
 import torch.utils.benchmark as tbench
 
 from ..cases import using_threads
+from . import records
 from .records import write_json_atomic
 
 #: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
@@ -65,6 +66,7 @@ def _gpu() -> dict:
 def metadata() -> dict:
     """Facts about this machine and its software, as a flat JSON-able dict."""
     return {
+        "regime": records.regime(),
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),

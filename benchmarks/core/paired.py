@@ -6,7 +6,7 @@ of its own (``paired_worker``: this checkout's case definitions, that version's 
 controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
 that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
 over A's). Three things would still set one side apart: the idle side's OpenMP threads spinning while the
-other side runs (workers wait passively: ``OMP_WAIT_POLICY=PASSIVE``; on a 2-core VM spinning made an
+other side runs (the gate's two workers wait passively: ``IDLE_PASSIVE``; on a 2-core VM spinning made an
 unchanged case read 1.3-1.6x slower), and what one process happens to get (its memory, its place on the
 cores: a few per cent, persistent for the process) and glibc's allocator: a case whose intermediates are
 megabytes (the math backend's n x n scores) gets them from fresh pages or from memory already mapped
@@ -46,7 +46,10 @@ WORKER_TIMEOUT_S = 600.0
 STALL_GRACE_S = 10.0
 #: rounds per pair of worker processes, and the environment the workers run in
 SESSION_ROUNDS = 6
-WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: where two workers take turns (the gate), the waiting one's OpenMP threads sleep at once instead of
+#: spinning on the cores the other is timed on. A single worker (the pairs) takes no such setting: it runs
+#: in the users' default regime, as the grid does (passive waits made a small operator's call up to 5x slower)
+IDLE_PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: glibc's allocator fixed: every allocation from the heap, none given back (the gate's workers; see above).
 #: Not for a verdict's ratio: the grid times its cases with the default allocator, whose page faults on
 #: large tensors are part of their cost (64 heads' 134 MB of scores: half of their time on the VM)
@@ -134,12 +137,13 @@ class WorkerDied(RuntimeError):
 class Worker:
     """One version's worker process: ``label`` (base or head), ``models`` the folder of its ``transformer``
     package, ``suite`` the folder whose ``benchmarks`` package defines the cases (the same for both), ``env``
-    what it runs with beyond WORKER_ENV."""
+    what it runs with beyond this process's environment (``regime``: the one it reports, once started)."""
 
     label: str
     models: str
     suite: str
-    env: dict = field(default_factory=dict)  # more environment, beyond WORKER_ENV
+    env: dict = field(default_factory=dict)  # more environment, beyond this process's
+    regime: dict | None = None  # threads and runtime settings the worker runs in (records.regime, its own)
     proc: subprocess.Popen | None = None
     log: object = None
     _root: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
@@ -153,8 +157,10 @@ class Worker:
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired_worker.py")
         self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
-                                     env={**os.environ, **WORKER_ENV, **self.env})
-        return self.ask({"cases": [[a, p, m] for a, p, m in todo]})["errors"]
+                                     env={**os.environ, **self.env})
+        answer = self.ask({"cases": [[a, p, m] for a, p, m in todo]})
+        self.regime = answer.get("regime")
+        return answer["errors"]
 
     def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
         try:

@@ -4,7 +4,8 @@
                                      (the case definitions), as links
 
 It reads one JSON request per line on stdin and answers one JSON line on stdout: ``{"cases": [[area,
-params, method], ...]}`` builds each case from seed 0 (``{"errors": [...]}``, None for a case built);
+params, method], ...]}`` builds each case from seed 0 (``{"errors": [...], "regime": ...}``, None for a case
+built; the threads and runtime settings it runs in, ``records.regime``);
 ``{"probe": i}`` times one call of case i after a warm-up one (``{"seconds": s}``); ``{"case": i, "calls":
 n}`` times n calls at the case's thread count (``{"seconds": s}``, per call); ``{"quit": true}`` ends it.
 """
@@ -21,6 +22,7 @@ def main(root: str) -> None:
     import torch
 
     from benchmarks import cases
+    from benchmarks.core import records
 
     built = []
     for line in sys.stdin:
@@ -29,6 +31,8 @@ def main(root: str) -> None:
             return
         try:
             answer = handle(request, built, cases, torch)
+            if "cases" in request:
+                answer["regime"] = records.regime()
         except Exception as error:  # told to the controller, which stops with it
             answer = {"error": f"{type(error).__name__}: {error}"}
         reply.write(json.dumps(answer) + "\n")

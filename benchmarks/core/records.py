@@ -146,6 +146,18 @@ def check_record_path(path: str, kind: str, what: str = "--record") -> None:
     check_replaceable(path, what, is_record_of(kind), f"a record of kind {kind!r}")
 
 
+#: environment variables that change how fast the same code runs (thread pools' wait policy and sizes, the
+#: allocator, BLAS kernels): part of a measurement's regime
+REGIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MALLOC_", "PYTORCH_", "LD_PRELOAD")
+
+
+def regime() -> dict:
+    """The regime a time is measured in, beyond the code and the case: torch's thread count and the runtime
+    settings in the environment (an empty ``env``: every runtime default, as users get them)."""
+    return {"threads": torch.get_num_threads(),
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(REGIME_PREFIXES)}}
+
+
 class UnreadableRecord(ValueError):
     """A result file that is not the JSON object it should be (cut short, overwritten, empty)."""
 

@@ -82,8 +82,27 @@ def analyse_paired(records: list[dict]) -> Analysis:
     a.answer = "Paired: " + "; ".join(answer) + "."
     devices = sorted(t.device.unique())
     threads = sorted({r.get("threads") for r in records if r.get("threads")})
-    env = {k: v for r in records for k, v in (r.get("worker_env") or {}).items()}
     a.conditions = (f"{'/'.join(devices)}, {'/'.join(map(str, threads))} threads, float32, "
-                    f"grid {'/'.join(sorted({r.get('grid', '?') for r in records}))}"
-                    + (f"; workers run with {', '.join(f'{k}={v}' for k, v in sorted(env.items()))}" if env else ""))
+                    f"grid {'/'.join(sorted({r.get('grid', '?') for r in records}))}; {regime_said(records)}")
     return a
+
+
+def _env(env: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) if env else "every runtime default"
+
+
+def regime_said(records: list[dict]) -> str:
+    """The regime the pairs' workers ran in, and whether it is the grid's (its machine.json's): the same
+    ratio timed in two regimes is two different figures."""
+    said = []
+    for r in records:
+        mine, grid = r.get("regime"), r.get("run_regime")
+        if mine is None:  # a record from before regimes were kept: what it set beyond the environment
+            said.append(f"worker run with {_env(r.get('worker_env'))}" if r.get("worker_env") else "worker regime "
+                        "not recorded")
+        elif grid is None or (mine.get("env"), mine.get("threads")) == (grid.get("env"), grid.get("threads")):
+            said.append(f"worker in the grid's regime ({_env(mine.get('env'))})")
+        else:
+            said.append(f"worker in another regime than the grid's: {_env(mine.get('env'))}, {mine.get('threads')} "
+                        f"threads, against {_env(grid.get('env'))}, {grid.get('threads')} threads")
+    return "; ".join(dict.fromkeys(said))
