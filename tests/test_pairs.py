@@ -189,3 +189,35 @@ def test_the_page_says_whether_the_pairs_ran_in_the_grids_regime():
     other = regime_said([{"regime": {"threads": 2, "env": {"OMP_WAIT_POLICY": "PASSIVE"}}, "run_regime": same}])
     assert other.startswith("worker in another regime than the grid's: OMP_WAIT_POLICY=PASSIVE, 2 threads")
     assert regime_said([{"worker_env": {"OMP_WAIT_POLICY": "PASSIVE"}}]) == "worker run with OMP_WAIT_POLICY=PASSIVE"
+
+
+def test_one_answer_per_ratio_the_paired_figure_with_the_grids_checked_against_it():
+    import pandas as pd
+
+    from reports.analyses.base import Analysis
+    from reports.analyses.paired import reconcile
+
+    c1 = Analysis("c1_length", "C1", "C1", "", answer="grid's")
+    c1.tables["factors"] = pd.DataFrame([
+        {"device": "cpu", "preset": "tiny", "seq_len": 128, "speedup": 4.99, "speedup_low": 4.8, "speedup_high": 5.2},
+        {"device": "cpu", "preset": "paper-base", "seq_len": 128, "speedup": 0.62, "speedup_low": 0.55,
+         "speedup_high": 0.7},
+        {"device": "cpu", "preset": "tiny", "seq_len": 16, "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1}])
+    heads = Analysis("c3_heads", "C3", "C3/C4", "", answer="grid's",
+                     numbers={"matmul_flops_max_over_min": 1.0, "time_ratio_h64_over_h1_batched": 4.83,
+                              "time_ratio_h64_over_h1_sdpa": 2.75})
+    paired = Analysis("paired", "P", "C1/C3", "", answer="paired's")
+    pair = lambda kind, ratio, low, high, **params: {"kind": kind, "params": params, "status": "ok", "ratio": ratio,  # noqa: E731
+                                                     "low": low, "high": high, "rounds": 30, "a_s": 1.0, "b_s": ratio}
+    records = [{"device": "cpu", "pairs": [
+        pair("c1", 5.1, 4.9, 5.3, preset="tiny", seq_len=128), pair("c1", 1.06, 0.89, 1.30, preset="paper-base",
+                                                                    seq_len=128),
+        pair("heads", 4.7, 4.5, 4.9, strategy="batched"), pair("heads", 2.7, 2.6, 2.8, strategy="sdpa")]}]
+    reconcile(c1, heads, paired, records)
+    assert "tiny n = 128: 5.10× (paired, 95% 4.90-5.30);" in c1.answer and "4.99" not in c1.answer
+    assert ("paper-base n = 128: 1.06× (paired, 95% 0.89-1.30), but the grid's single timings gave 0.62× "
+            "(0.55×-0.70×), outside it") in c1.answer
+    assert "4.70× (batched, paired, 95% 4.50-4.90)" in heads.answer and "2.70× (sdpa, paired" in heads.answer
+    assert "4.83" not in heads.answer  # inside the interval: one figure, the paired one
+    assert paired.answer.endswith("agree within them for 3 of 4 (not for C1 paper-base n = 128).")
+    assert "×" not in paired.answer  # no ratio of its own: each figure in one row

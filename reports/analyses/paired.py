@@ -7,6 +7,9 @@ and fresh processes. This analysis reads its records (``pairs-<device>.json`` in
 
 from __future__ import annotations
 
+import math
+import re
+
 import pandas as pd
 
 from transformer import PRESETS
@@ -106,3 +109,68 @@ def regime_said(records: list[dict]) -> str:
             said.append(f"worker in another regime than the grid's: {_env(mine.get('env'))}, {mine.get('threads')} "
                         f"threads, against {_env(grid.get('env'))}, {grid.get('threads')} threads")
     return "; ".join(dict.fromkeys(said))
+
+
+def _overlap(low: float, high: float, grid_low: float, grid_high: float) -> bool:
+    return grid_low <= high and low <= grid_high
+
+
+def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict]) -> None:
+    """One answer per ratio: where a ratio was timed paired, the C1 and C3/C4 answers give the paired figure
+    with its 95% interval in place of the grid's, and say so where the grid's figure (its quartile range,
+    or its value where it has none) falls outside that interval; the paired row then gives no figure of
+    its own, only how many of its ratios the grid agrees with."""
+    t = table(records)
+    if t.empty:
+        return
+    checked, disagree = 0, []
+    factors = c1.tables.get("factors", pd.DataFrame())
+    c1_pairs = t[t.kind == "c1"]
+    if not factors.empty and not c1_pairs.empty:
+        at_max = factors[factors.seq_len == factors.groupby(["device", "preset"]).seq_len.transform("max")]
+        phrases = []
+        for r in at_max.itertuples():
+            p = c1_pairs[(c1_pairs.device == r.device) & (c1_pairs.preset == r.preset)
+                         & (c1_pairs.seq_len == r.seq_len)]
+            spread = isinstance(getattr(r, "speedup_low", None), float) and not math.isnan(r.speedup_low)
+            low, high = (r.speedup_low, r.speedup_high) if spread else (r.speedup, r.speedup)
+            where = f"{r.preset} n = {r.seq_len}" + ("" if at_max.device.nunique() == 1 else f" ({r.device})")
+            if p.empty:
+                phrases.append(f"{where}: {fmt_ratio(r.speedup)}" + (f" (range {fmt_ratio(low)}-{fmt_ratio(high)})"
+                                                                      if spread else " (grid only, no interval)"))
+                continue
+            q = p.iloc[0]
+            checked += 1
+            phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {q.low:.2f}-{q.high:.2f})"
+            if not _overlap(q.low, q.high, low, high):
+                disagree.append(f"C1 {where}")
+                phrase += (f", but the grid's single timings gave {fmt_ratio(r.speedup)}"
+                           + (f" ({fmt_ratio(low)}-{fmt_ratio(high)})" if spread else "") + ", outside it")
+            phrases.append(phrase)
+        c1.answer = ("Transformer speed over the width-matched RNN's, teacher-forced forward: " + "; ".join(phrases)
+                     + ".")
+    heads_pairs = t[t.kind == "heads"]
+    grid_ratios = {m.group(3): (int(m.group(1)), int(m.group(2)), v) for k, v in heads.numbers.items()
+                   if (m := re.fullmatch(r"time_ratio_h(\d+)_over_h(\d+)_(\w+)", k))}
+    if grid_ratios and not heads_pairs.empty and "matmul_flops_max_over_min" in heads.numbers:
+        parts, hs = [], set()
+        for strategy, (hi, lo, ratio) in grid_ratios.items():
+            hs.add((hi, lo))
+            p = heads_pairs[heads_pairs.strategy == strategy]
+            if p.empty or (hi, lo) != (64, 1):
+                parts.append(f"{ratio:.2f}× ({strategy}, grid only)")
+                continue
+            q = p.iloc[0]
+            checked += 1
+            part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {q.low:.2f}-{q.high:.2f})"
+            if not q.low <= ratio <= q.high:
+                disagree.append(f"C3 {strategy}")
+                part = part[:-1] + f"; the grid gave {ratio:.2f}×, outside it)"
+            parts.append(part)
+        hi, lo = max(hs)
+        heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "
+                        f"yet h = {hi} takes " + ", ".join(parts) + f" the time of h = {lo}.")
+    if checked:
+        paired.answer = (f"The paired ratios stand in the C1 and C3/C4 rows, with their 95% intervals; the grid's "
+                         f"own timings agree within them for {checked - len(disagree)} of {checked}"
+                         + (f" (not for {', '.join(disagree)})" if disagree else "") + ".")

@@ -12,7 +12,7 @@ from .c1_threads import analyse_threads
 from .c2_roofline import analyse_roofline
 from .hardware import analyse_hardware
 from .heads import analyse_heads
-from .paired import analyse_paired
+from .paired import analyse_paired, reconcile
 from .parallel import analyse_parallel
 from .prediction import analyse_prediction
 from .profiling import analyse_profiles
@@ -52,4 +52,6 @@ def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame 
     one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
     inputs = {"profiles": pd.DataFrame() if profiles is None else profiles, "pairs": pairs or []}
     out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
+    by_key = {a.key: a for a in out}
+    reconcile(by_key["c1_length"], by_key["c3_heads"], by_key["paired"], inputs["pairs"])  # one answer per ratio
     return out + [analyse_hardware(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]
