@@ -257,7 +257,7 @@ class MirroredRounds:
             if p not in self.skipped:
                 for side in pair:
                     if side.key not in probed:
-                        probed[side.key] = side.worker.ask({"probe": side.case})["seconds"]
+                        probed[side.key] = side.worker.ask({"probe": side.case}, self.block_timeout())["seconds"]
         if not self.calls:
             self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
                           for p, (a, b) in enumerate(self.pairs)]
