@@ -221,3 +221,16 @@ def test_one_answer_per_ratio_the_paired_figure_with_the_grids_checked_against_i
     assert "4.83" not in heads.answer  # inside the interval: one figure, the paired one
     assert paired.answer.endswith("agree within them for 3 of 4 (not for C1 paper-base n = 128).")
     assert "×" not in paired.answer  # no ratio of its own: each figure in one row
+
+
+def test_a_budget_spent_before_two_rounds_still_gives_every_ratio_its_interval():
+    class Slow(OneWorker):
+        def ask(self, request, timeout=None):
+            return {"seconds": 0.01} if "probe" in request else super().ask(request, timeout)
+
+    w = Slow()
+    todo = [("attention", {}, "forward"), ("attention", {"x": 1}, "forward")]
+    rounds = paired.MirroredRounds([w], todo, [(paired.Side(w, 0), paired.Side(w, 1))], block_s=0.01)
+    rounds.start()
+    measured = rounds.run(lambda e: False, budget=1e-9, min_rounds=18, max_rounds=100)  # spent at once: a busy box
+    assert measured == paired.FEWEST_ROUNDS and rounds.estimates()[0].low > 0  # an interval, not (0, inf)

@@ -41,6 +41,8 @@ TRIM = 0.25
 RESAMPLES, CONFIDENCE = 4000, 0.95
 #: seconds a worker may take to answer one request (build every case, or time one block) before it counts as hung
 WORKER_TIMEOUT_S = 600.0
+#: rounds every pair gets whatever the budget: the fewest an interval can be drawn from
+FEWEST_ROUNDS = 2
 #: seconds past the budget a worker may take to answer one block before it counts as stopped (a stopped or
 #: starved process is named then, instead of holding the command past its budget)
 STALL_GRACE_S = 10.0
@@ -298,14 +300,16 @@ class MirroredRounds:
 
     def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None) -> int:
         """Rounds until ``done(estimates)`` (asked every other round from ``min_rounds`` on), the ``budget``
-        (seconds) is spent or ``max_rounds`` are measured; ``progress(rounds, estimates, seconds)`` is told
-        each time the estimates are made. Returns the rounds measured."""
+        (seconds) is spent (after FEWEST_ROUNDS at least) or ``max_rounds`` are measured;
+        ``progress(rounds, estimates, seconds)`` is told each time the estimates are made. Returns the rounds
+        measured."""
         started, r = time.monotonic(), 0
         self.deadline = started + budget
         while r < max_rounds:
             self.round(r)
             r += 1
-            out_of_time = time.monotonic() - started > budget
+            # a ratio's interval needs two rounds: a budget spent before them (a busy machine) ends nothing
+            out_of_time = time.monotonic() - started > budget and r >= FEWEST_ROUNDS
             if not out_of_time and (r < min_rounds or r % 2):
                 continue  # the bootstrap costs a little: every other round is soon enough
             estimates = self.estimates()
