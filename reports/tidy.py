@@ -330,8 +330,8 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _runner_folders(paths: Iterable[str], machine: str | None) -> Iterable[tuple[str, str]]:
-    """(folder, machine name) of each runner folder among ``paths`` (those with a machine.json), of
+def _runner_folders(paths: Iterable[str], machine: str | None) -> Iterable[tuple[str, str, dict]]:
+    """(folder, machine name, its machine.json) of each runner folder among ``paths`` (those with a machine.json), of
     ``machine`` (every machine when None)."""
     for path in paths:
         meta = os.path.join(path, "machine.json")
@@ -340,7 +340,7 @@ def _runner_folders(paths: Iterable[str], machine: str | None) -> Iterable[tuple
         saved = read_json(meta)
         name = saved.get("name") or saved["machine"]["hostname"]
         if machine is None or name == machine:
-            yield path, name
+            yield path, name, saved
 
 
 def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
@@ -348,7 +348,8 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     ``paths``, of ``machine`` (every machine when None), each with ``root`` and ``machine``; a record that
     cannot be read or is not right is named on stderr and left out."""
     out = []
-    for path, name in _runner_folders(paths, machine):
+    for path, name, saved in _runner_folders(paths, machine):
+        commit = saved.get("commit")
         for file in sorted(glob.glob(os.path.join(path, "pairs-*.json"))):
             try:
                 record = read_json(file)
@@ -356,8 +357,6 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
                 print(f"warning: {error}; not counted", file=sys.stderr)
                 continue
             problem = records.pairs_problem(record)
-            saved = read_json(os.path.join(path, "machine.json"))
-            commit = saved.get("commit")
             if not problem and record.get("commit") != commit:
                 problem = (f"measured at commit {records.short(record.get('commit'))}, not the run folder's "
                            f"{records.short(commit)} (machine.json)")
@@ -371,6 +370,6 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     """The profile records (``benchmarks.profile``) in runner folders among ``paths``, of ``machine`` (every
     machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
-    return [{**r, "root": path, "machine": name} for path, name in _runner_folders(paths, machine)
+    return [{**r, "root": path, "machine": name} for path, name, _ in _runner_folders(paths, machine)
             for r in profiler.load(path)]
 
