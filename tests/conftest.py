@@ -1,8 +1,15 @@
 """Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, a
 short busy check and the performance model's constants measured quickly, once."""
 
+import os
+import tempfile
+
 import pytest
 import torch
+
+# the performance model's constants cached for this test session only (every command the tests start inherits
+# it): never the user's cache, and measured once for all the runs the tests make
+os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-cache-")
 
 from benchmarks.core import constants, machine, measure, runner
 

@@ -76,7 +76,7 @@ def test_a_resume_that_adds_the_constants_keeps_the_earlier_calibrations(tmp_pat
     records.write_json_atomic(os.path.join(r.out, "machine.json"), {
         "machine": machine.metadata(), "gemm_peaks": earlier, "calibrations": [earlier], "commit": r.commit})
     monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {k: 4e10 for k in keys})
-    monkeypatch.setattr(runner, "machine_constants", lambda threads, kept, quick: {k: {"x": 1} for k in keys})
+    monkeypatch.setattr(runner, "machine_constants", lambda threads, kept, quick, *rest: {k: {"x": 1} for k in keys})
     peaks = r.calibrate([1])
     saved = records.read_json(os.path.join(r.out, "machine.json"))
     assert saved["calibrations"][0] == earlier and len(saved["calibrations"]) == 2

@@ -11,6 +11,7 @@ runner's ``--rounds``); ``combined`` makes one record of them.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,6 +33,10 @@ CONTROL_SIZE, CONTROL_TIME = 256, 0.01
 #: a time over fewer values than this (timed blocks, or rounds) has no measured spread: one call of a
 #: 0.5 s model is one block, and its IQR of 0 says nothing about how steady it is
 MIN_SAMPLES = 3
+#: two processes' medians of one case further apart than this (relative), and than MODE_SPREADS times the
+#: larger of their own spreads (IQR over median of their blocks), are two modes: what a process happens to
+#: get (its pages, its place on the cores) sets its speed, and the case runs at one of two speeds per process
+MODE_GAP, MODE_SPREADS = 0.10, 3.0
 
 
 @dataclass
@@ -94,7 +99,8 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
     timing = blocked_timing(fn, min_run_time)
     others = others_cpu_share(counters, cpu_counters()) if control else None
     after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
-    return {"started_at": started, "median_s": timing.median, "q25_s": timing.q25, "q75_s": timing.q75,
+    return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
+            "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
             "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others}
 
@@ -107,7 +113,11 @@ def combined(rounds: list[dict]) -> dict:
     over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median control and the
     median share of the cores other processes used while it was timed (``others_cpu_share``); with
     several rounds also the best round's median (``time_best_round_s``): on a shared machine whose
-    neighbours only ever slow it down, the round least disturbed."""
+    neighbours only ever slow it down, the round least disturbed. With rounds from several processes
+    (each round in a fresh one: the runner's ``--rounds``), ``processes`` counts them, ``time_low_s`` and
+    ``time_high_s`` are the lowest and highest round median (the interval over processes, which includes
+    what each process happened to get) and ``modes`` lists two levels when the processes disagree beyond
+    their own spread (``modes_of``)."""
     med = lambda key: float(statistics.median(r[key] for r in rounds))  # noqa: E731
     controls = [r["control_flops_per_s"] for r in rounds if r["control_flops_per_s"]]
     others = [r["others_cpu_share"] for r in rounds if r.get("others_cpu_share") is not None]
@@ -119,10 +129,32 @@ def combined(rounds: list[dict]) -> dict:
               "samples": len(rounds) if len(rounds) > 1 else rounds[0]["blocks"],
               "blocks": sum(r["blocks"] for r in rounds), "calls_per_block": rounds[-1]["calls_per_block"],
               "control_flops_per_s": float(statistics.median(controls)) if controls else None,
-              "others_cpu_share": float(statistics.median(others)) if others else None, "rounds": rounds}
+              "others_cpu_share": float(statistics.median(others)) if others else None, "rounds": rounds,
+              "processes": len({r["pid"] for r in rounds if r.get("pid") is not None}) or None}
     if len(rounds) > 1:
         fields["time_best_round_s"] = min(r["median_s"] for r in rounds)
+        fields["time_low_s"], fields["time_high_s"] = min(r["median_s"] for r in rounds), max(
+            r["median_s"] for r in rounds)
+    if (fields["processes"] or 0) > 1:
+        fields["modes"] = modes_of(rounds)
     return fields
+
+
+def modes_of(rounds: list[dict]) -> list[dict] | None:
+    """Two levels of a case timed in several processes, or None: the round medians sorted, split at their
+    widest gap; two modes when that gap passes MODE_GAP and MODE_SPREADS times the larger spread (IQR over
+    median of its blocks) of the two rounds beside it. Each mode: its median time and how many processes
+    (rounds) ran at it."""
+    ordered = sorted(rounds, key=lambda r: r["median_s"])
+    gaps = [ordered[i + 1]["median_s"] / ordered[i]["median_s"] - 1 for i in range(len(ordered) - 1)]
+    if not gaps:
+        return None
+    at = int(np.argmax(gaps))
+    own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in ordered[at : at + 2])
+    if gaps[at] <= max(MODE_GAP, MODE_SPREADS * own):
+        return None
+    parts = (ordered[: at + 1], ordered[at + 1 :])
+    return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part)} for part in parts]
 
 
 def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,

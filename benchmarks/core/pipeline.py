@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .. import cases
-from . import guards
+from . import constants_cache, guards
 from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
 from .records import UnreadableRecord, read_json, short
@@ -27,8 +27,11 @@ from .runner import Runner, plan
 
 #: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
 MIN_RUN_TIME = 0.2
-ROUNDS_HELP = ("time each method in R rounds interleaved over the whole run (default 1), splitting --min-run-time "
-               "between them: the time is their median; the best round is kept too")
+#: rounds per method, each in a fresh process: a case's figure is the median over ROUNDS processes, its interval
+#: their range (what one process happens to get moves a time by a few per cent, or 2x, for the process)
+ROUNDS = 3
+ROUNDS_HELP = (f"time each method in R rounds (default {ROUNDS}), each round a pass over the whole grid in a fresh "
+               "process, splitting --min-run-time between them: the time is their median, its interval their range")
 
 
 def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], default_grid: str,
@@ -43,7 +46,10 @@ def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], defau
     parser.add_argument("--min-run-time", type=guards.seconds, default=MIN_RUN_TIME,
                         help=f"seconds of timing per method (default {MIN_RUN_TIME:g})")
     if rounds:
-        parser.add_argument("--rounds", type=guards.rounds, default=1, metavar="R", help=ROUNDS_HELP)
+        parser.add_argument("--rounds", type=guards.rounds, default=ROUNDS, metavar="R", help=ROUNDS_HELP)
+    parser.add_argument("--recalibrate", action="store_true",
+                        help="measure the performance model's constants again (default: this machine's cached ones, "
+                        f"if measured within {constants_cache.MAX_AGE_DAYS} days with the same software and threads)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -113,8 +119,10 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None, extra
     guards.check_free_space(out, space_needed(todo, rounds) + extra[0],
                             "--out", f"{len(todo)} cases' records in {rounds} round{'s' * (rounds != 1)}{extra[1]}")
     one_machine(out, machine_name(args))
+    # each round in a fresh process, except under torchrun, whose ranks are the processes
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1),
-                    quick_constants=args.grid == "quick")  # a quick look: the model's constants coarse too
+                    quick_constants=args.grid == "quick", fresh=int(os.environ.get("WORLD_SIZE", 1)) == 1,
+                    recalibrate=getattr(args, "recalibrate", False))
     ranks = Ranks()
     try:
         lock = hold(out, ranks.rank, ranks.all_agree)

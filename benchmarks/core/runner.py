@@ -12,6 +12,10 @@ each with its reason; the sweep goes on. A record that cannot be read (cut short
 With ``--rounds R`` each method is timed in R rounds spread over the whole run (R passes over the grid,
 ``min_run_time / R`` seconds each), its record rewritten after each round: on a shared machine whose
 speed changes over seconds, two such runs agree more closely than two runs of one long timing each.
+The command lines run each round in a fresh process (``fresh``): what one process happens to get (its
+pages, its allocator's state, its place on the cores) moves a case's time by a few per cent, or by 2x
+for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
+one draw. Over R processes a case's figure is the median of R such draws and its interval their range.
 
 The command lines that use it (``python -m benchmarks.runner``, ``python -m reports``) share their
 options and sequence through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks`` spreads a grid over
@@ -21,18 +25,19 @@ torchrun's ranks.
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import multiprocessing
 import os
 import socket
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterable
 
 import torch
 from tqdm import tqdm
 
 from .. import cases
-from . import constants, guards, machine, measure, records
+from . import constants_cache, guards, machine, measure, records
 from .records import (
     STATUSES,
     UnreadableRecord,
@@ -44,9 +49,7 @@ from .records import (
     set_aside,
     write_json_atomic,
 )
-
-#: a timed case whose spread (IQR over median) passes this is flagged noisy in the summary and on the page
-NOISY = 0.10
+from .run_summary import NOISY, summary  # noqa: F401 (NOISY: the page's threshold too)
 
 
 def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None) -> list[tuple[str, dict]]:
@@ -75,12 +78,16 @@ class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
     def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
-                 name: str | None = None, rounds: int = 1, quick_constants: bool = False):
+                 name: str | None = None, rounds: int = 1, quick_constants: bool = False, fresh: bool = False,
+                 recalibrate: bool = False):
         guards.check_seconds("min_run_time", min_run_time)
         guards.check_seconds("telemetry_time", telemetry_time)
         self.rounds = guards.check_count("rounds", rounds, guards.MAX_ROUNDS)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
         self.quick_constants = quick_constants  # the performance model's constants on a coarse grid (seconds)
+        self.fresh = fresh  # each round in a fresh process (round_in_process)
+        self.recalibrate = recalibrate  # the performance model's constants measured again, not from the cache
+        self.peaks: dict[str, float] = {}  # the run's GEMM peaks (calibrate), once it has started
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
         self.commit = commit()
@@ -148,8 +155,10 @@ class Runner:
         calibrations = [*earlier, fresh]
         peaks = machine.best_peaks(*calibrations)
         kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
+        sources = saved.get("constants_source", {}) if kept else {}
+        fresh_constants = machine_constants(threads, kept, self.quick_constants, self.recalibrate, sources)
         write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "calibrations": calibrations,
-                                 "constants": {**machine_constants(threads, kept, self.quick_constants), **kept},
+                                 "constants": {**fresh_constants, **kept}, "constants_source": sources,
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
         return peaks
 
@@ -180,7 +189,7 @@ class Runner:
             return self._built[key]
         torch.manual_seed(0)
         case = cases.build(area, params)
-        if self.rounds > 1 and case.device == "cpu":
+        if self.rounds > 1 and case.device == "cpu" and not self.fresh:  # a round's process measures it once
             self._built[key] = case
         return case
 
@@ -225,7 +234,7 @@ class Runner:
         busy = machine_busy()
         if busy:
             print(f"warning: {busy}", file=sys.stderr)
-        peaks = self.calibrate(threads)
+        self.peaks = self.calibrate(threads)
         counts = dict.fromkeys(STATUSES, 0)
         left = [self.rounds_left(a, p) for a, p in todo]  # each record read once here
         remaining = [case for case, n in zip(todo, left) if n]
@@ -235,7 +244,8 @@ class Runner:
         steps = sum(left)
         methods = sum(len(cases.METHODS[a]) for a, _ in remaining)
         if progress:  # the header counts what the bar counts
-            rounds = f" in {self.rounds} interleaved rounds ({steps} method-rounds)" if self.rounds > 1 else ""
+            rounds = (f" in {self.rounds} rounds, " + ("each in a fresh process" if self.fresh else "interleaved")
+                      + f" ({steps} method-rounds)") if self.rounds > 1 else ""
             print(f"{len(todo)} cases: {counts['resumed']} already recorded, {len(remaining)} to measure "
                   f"({methods} methods, at least {self.min_run_time:g} s of timing each{rounds}: at least "
                   f"{methods * self.min_run_time:.0f} s of timing in all, building and controls aside)",
@@ -243,23 +253,25 @@ class Runner:
         # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
         # and second-long methods, so a moving rate swings the time left several-fold)
         bar = tqdm(total=steps, desc="measuring", unit="method" if self.rounds == 1 else "method-round",
-                   disable=not progress, file=sys.stderr, smoothing=0)
+                   disable=not progress or (self.fresh and self.rounds > 1), file=sys.stderr, smoothing=0)
         self.written = final = {}  # every record written from here on, however the run ends
         self.counts = counts  # what an interrupted run has done so far (filled in below, however it ends)
         try:
-            with bar:
-                # round by round over the whole grid: each case's rounds are spread over the run, so that a
-                # slow spell of a shared machine hits one round of many cases rather than every round of a few
+            if self.fresh and self.rounds > 1:
+                bar.close()  # each round's process shows its own
                 for round_ in range(1, self.rounds + 1):
-                    for area, params in remaining:
-                        self.current = case_key(area, "", params).replace("----", " ") + (
-                            f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
-                        bar.set_postfix_str(self.current[:70])
-                        for record in self.run_case(area, params, peaks, round_):
-                            timed = record["status"] == "ok" and "time_median_s" in record
-                            bar.update(1 if timed else self.rounds - round_ + 1)  # nothing more to time for it
+                    self.round_in_process(remaining, round_, progress)
+            else:
+                with bar:
+                    self._rounds(remaining, range(1, self.rounds + 1), bar)
         finally:
             self._built.clear()
+            if self.fresh and self.rounds > 1:  # the records the rounds' processes wrote
+                for area, params in remaining:
+                    for method in cases.METHODS[area]:
+                        record = self.recorded(area, method, params)[1]
+                        if record is not None:
+                            final[case_key(area, method, params)] = record
             for record in final.values():
                 counts[record["status"]] += 1
             self.records.extend(final.values())
@@ -268,10 +280,76 @@ class Runner:
             self.calibrate(threads, again=True)           # writes machine.json): the best of the two stands
         return counts
 
+    def _rounds(self, remaining: list[tuple[str, dict]], rounds: Iterable[int], bar, last: int | None = None) -> None:
+        """Measure ``rounds`` of every case in ``remaining``, round by round over the whole grid: each case's
+        rounds are spread over the run, so that a slow spell of a shared machine hits one round of many cases
+        rather than every round of a few. ``bar`` counts method-rounds up to round ``last`` (default: all)."""
+        last = last or self.rounds
+        for round_ in rounds:
+            for area, params in remaining:
+                self.current = case_key(area, "", params).replace("----", " ") + (
+                    f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
+                bar.set_postfix_str(self.current[:70])
+                for record in self.run_case(area, params, self.peaks, round_):
+                    timed = record["status"] == "ok" and "time_median_s" in record
+                    bar.update(1 if timed else last - round_ + 1)  # nothing more to time for it
+
+    def settings(self) -> dict:
+        """What a round's process needs to measure as this runner does."""
+        return {"out": self.out, "min_run_time": self.min_run_time, "telemetry_time": self.telemetry_time,
+                "name": self.name, "rounds": self.rounds, "quick_constants": self.quick_constants, "fresh": True}
+
+    def round_in_process(self, remaining: list[tuple[str, dict]], round_: int, progress: bool) -> None:
+        """Round ``round_`` of every case in ``remaining``, measured in a fresh process (spawned: a new
+        interpreter, torch imported anew) that writes the records as this one would; waits for it. Ctrl-C
+        stops both (the process's records so far are whole); a process that dies is said on stderr, and its
+        cases keep the rounds they have (a resumed run measures the rest)."""
+        process = multiprocessing.get_context("spawn").Process(
+            target=_measure_round, args=(self.settings(), remaining, round_, progress), daemon=True)
+        process.start()
+        try:
+            process.join()
+        except KeyboardInterrupt:
+            process.join(timeout=30)  # it got the Ctrl-C too, and stops after its current record
+            if process.is_alive():
+                process.terminate()
+            raise
+        if process.exitcode == INTERRUPTED:
+            raise KeyboardInterrupt
+        if process.exitcode == DISK_FULL:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if process.exitcode != 0:
+            print(f"warning: the process of round {round_} of {self.rounds} ended with exit code {process.exitcode}; "
+                  "its cases keep the rounds they have (run the same command again to measure the rest)",
+                  file=sys.stderr)
+
     def summary(self, counts: dict[str, int]) -> str:
         """The run on one screen: what was measured, skipped (why), out of memory, failed (why), noisy,
         set aside, and where the results are."""
         return summary(self.out, self.records, counts, self.set_aside)
+
+
+#: the exit codes of a round's process stopped by Ctrl-C, and by a full disk
+INTERRUPTED, DISK_FULL = 130, 28
+
+
+def _measure_round(settings: dict, remaining: list[tuple[str, dict]], round_: int, progress: bool) -> None:
+    """A round's process (``Runner.round_in_process``): round ``round_`` of ``remaining``, with the peaks the
+    run calibrated (machine.json), each record written as its case ends."""
+    runner = Runner(**settings)
+    try:
+        runner.peaks = runner.calibrate(sorted({p["threads"] for _, p in remaining if "threads" in p}))
+        left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in cases.METHODS[a])
+        bar = tqdm(total=left, desc=f"round {round_} of {runner.rounds}", unit="method", disable=not progress,
+                   file=sys.stderr, smoothing=0)
+        with bar:
+            runner._rounds(remaining, [round_], bar, last=round_)
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            sys.exit(DISK_FULL)
+        raise
 
 
 #: other processes using more than this share of the cores (while this one waits) make a busy machine
@@ -280,20 +358,22 @@ BUSY_SHARE = 0.5
 BUSY_SAMPLE_S = 0.5
 
 
-def machine_constants(threads: list[int], skip: Iterable[str] = (), quick: bool = False) -> dict[str, dict]:
+def machine_constants(threads: list[int], skip: Iterable[str] = (), quick: bool = False, again: bool = False,
+                      sources: dict | None = None) -> dict[str, dict]:
     """The performance model's constants (``constants.measure``; ``quick``: its coarse grid) of every device
     and dtype this machine has, the CPU at its default thread count and at each of ``threads``, by
-    ``machine.peak_key``; the keys in ``skip`` are not measured."""
-    out = {}
+    ``machine.peak_key``: from this machine's cache (``constants_cache``) unless ``again``; the keys in
+    ``skip`` are left out. ``sources`` (a dict) is told where each key's constants came from."""
+    out, sources = {}, {} if sources is None else sources
     for t in sorted({torch.get_num_threads(), *threads}):
         key = machine.peak_key("cpu", "float32", t)
         if key not in skip:
             with cases.using_threads(t):
-                out[key] = constants.measure("cpu", "float32", quick)
+                out[key], sources[key] = constants_cache.get("cpu", "float32", quick, again)
     for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
         key = machine.peak_key("cuda", dtype, None)
         if key not in skip:
-            out[key] = constants.measure("cuda", dtype, quick)
+            out[key], sources[key] = constants_cache.get("cuda", dtype, quick, again)
     return out
 
 
@@ -315,43 +395,3 @@ def machine_busy() -> str | None:
     cores = os.cpu_count() or 1
     return (f"this machine is already busy (other processes use {busy:.0%} of its {cores} cores); times "
             f"measured now are slower and noisier: wait for it to quieten, or compare normalised times")
-
-
-def _why(records: list[dict], limit: int = 3) -> str:
-    reasons = Counter(r["reason"] for r in records)
-    told = [f"{n} × {reason}" for reason, n in reasons.most_common(limit)]
-    return "; ".join(told) + (f"; {len(reasons) - limit} other reasons" if len(reasons) > limit else "")
-
-
-def _worst(items: list[tuple], shown, limit: int = 3) -> str:
-    """': key (value), ... and N more' for the first ``limit`` of (value, key) pairs, worst first; '' if none."""
-    if not items:
-        return ""
-    listed = ", ".join(f"{key} ({shown(value)})" for value, key in items[:limit])
-    return f": {listed}" + (f", and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def summary(out: str, records: list[dict], counts: dict[str, int], set_aside: list[str]) -> str:
-    """See Runner.summary; ``records``: those this run wrote."""
-    by = {s: [r for r in records if r["status"] == s] for s in STATUSES}
-    noisy = sorted((r["time_iqr_s"] / r["time_median_s"], case_key(r["area"], r["method"], r["params"]))
-                   for r in by["ok"] if r.get("time_median_s") and r.get("time_iqr_s") is not None
-                   and r["time_iqr_s"] / r["time_median_s"] > NOISY)[::-1]
-    lines = [f"Run summary ({out})",
-             f"  measured       {counts.get('ok', 0)}",
-             f"  resumed        {counts.get('resumed', 0)} cases already recorded at this commit"]
-    for status, label in (("skipped", "skipped"), ("oom", "out of memory"), ("failed", "failed")):
-        lines.append(f"  {label:14s} {counts.get(status, 0)}" + (f": {_why(by[status])}" if by[status] else ""))
-    lines.append(f"  noisy          {len(noisy)} with IQR/median > {NOISY:.0%}"
-                 + _worst(noisy, lambda rel: f"{rel:.0%}"))
-    thin = sorted((r["time_median_s"], case_key(r["area"], r["method"], r["params"])) for r in by["ok"]
-                  if r.get("time_median_s") and r.get("samples") is not None
-                  and r["samples"] < measure.MIN_SAMPLES)[::-1]
-    lines.append(f"  unreplicated   {len(thin)} timed over fewer than {measure.MIN_SAMPLES} values, "
-                 "so no spread measured"
-                 + (" (--rounds R times each R times, spread over the run)" if thin else "")
-                 + _worst(thin, lambda t: f"{t:.2g} s"))
-    lines.append(f"  set aside      {len(set_aside)}"
-                 + (f" unreadable records: {', '.join(set_aside)}" if set_aside else ""))
-    lines.append(f"  results in     {out} (machine.json, cases/)")
-    return "\n".join(lines)

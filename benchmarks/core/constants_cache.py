@@ -1,0 +1,69 @@
+"""The performance model's constants (``constants.measure``), cached per machine, software and thread count.
+
+Measuring them costs about a minute on a 2-core CPU; they describe the machine, not a commit, so a run reuses
+the ones measured within MAX_AGE_DAYS on the same machine (CPU model and count, GPU), the same torch and
+math libraries, the same runtime settings, the same thread count and the same measuring code (this
+package's ``constants.py``); anything else, or ``--recalibrate``, measures them again. The cache is a folder
+of JSON files: ``$ATTENTION_BENCH_CACHE``, else ``$XDG_CACHE_HOME/attention-bench``, else
+``~/.cache/attention-bench``. A file that cannot be read is measured over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Callable
+
+import torch
+
+from . import constants, machine, records
+
+#: days a cached measurement stands for the machine
+MAX_AGE_DAYS = 7
+
+
+def folder() -> str:
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("ATTENTION_BENCH_CACHE") or os.path.join(home, "attention-bench")
+
+
+def fingerprint(device: str, dtype: str, quick: bool) -> dict:
+    """What the constants depend on, at the current thread count."""
+    facts = machine.metadata()
+    with open(constants.__file__, "rb") as f:
+        code = hashlib.sha256(f.read()).hexdigest()[:16]
+    return {"device": device, "dtype": dtype, "quick": quick, "threads": torch.get_num_threads(),
+            "regime": records.regime()["env"], "code": code,
+            **{k: facts.get(k) for k in ("hostname", "cpu_model", "cpu_count", "gpu_name", "torch", "mkl", "onednn")}}
+
+
+def path(key: dict) -> str:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return os.path.join(folder(), f"constants-{key['device']}-{key['dtype']}-t{key['threads']}-{digest}.json")
+
+
+def get(device: str, dtype: str, quick: bool, again: bool = False,
+        measure: Callable[..., dict] | None = None) -> tuple[dict, str]:
+    """The constants of ``device`` at the current thread count and where they come from ("measured now", or
+    "cached, measured <when>"): from the cache when a fresh one is there and ``again`` is False, else measured
+    (``measure``, default ``constants.measure``) and cached."""
+    key = fingerprint(device, dtype, quick)
+    file = path(key)
+    if not again and os.path.exists(file):
+        try:
+            saved = records.read_json(file)
+            when = dt.datetime.fromisoformat(saved["measured_at"])
+            if saved.get("key") == key and dt.datetime.now(dt.timezone.utc) - when <= dt.timedelta(days=MAX_AGE_DAYS):
+                return saved["constants"], f"cached, measured {saved['measured_at'][:16]}"
+        except (records.UnreadableRecord, KeyError, ValueError, TypeError):
+            pass  # measured over
+    value = (measure or constants.measure)(device, dtype, quick)
+    try:
+        os.makedirs(folder(), exist_ok=True)
+        records.write_json_atomic(file, {"key": key, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+                                         "constants": value})
+    except OSError:  # a cache that cannot be written costs the next run a measurement, nothing more
+        pass
+    return value, "measured now"

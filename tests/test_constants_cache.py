@@ -1,0 +1,54 @@
+"""The performance model's constants, cached per machine, software and thread count: reused while fresh,
+measured again when stale, asked for, unreadable, or measured under other conditions."""
+
+import datetime as dt
+import json
+
+import pytest
+import torch
+
+from benchmarks.core import constants_cache
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_BENCH_CACHE", str(tmp_path))
+    calls = []
+
+    def measure(device, dtype, quick):
+        calls.append((device, dtype, quick, torch.get_num_threads()))
+        return {"device": device, "n": len(calls)}
+
+    return calls, measure
+
+
+def test_constants_are_measured_once_then_reused(cache):
+    calls, measure = cache
+    first, said = constants_cache.get("cpu", "float32", True, measure=measure)
+    assert said == "measured now" and first == {"device": "cpu", "n": 1}
+    again, said = constants_cache.get("cpu", "float32", True, measure=measure)
+    assert again == first and said.startswith("cached, measured ") and len(calls) == 1
+    # asked for: measured again, and that measurement is the one kept
+    fresh, said = constants_cache.get("cpu", "float32", True, again=True, measure=measure)
+    assert fresh["n"] == 2 and said == "measured now"
+    assert constants_cache.get("cpu", "float32", True, measure=measure)[0]["n"] == 2
+
+
+def test_other_conditions_or_a_stale_or_broken_file_are_measured_again(cache, monkeypatch):
+    calls, measure = cache
+    constants_cache.get("cpu", "float32", True, measure=measure)
+    constants_cache.get("cpu", "float32", False, measure=measure)  # the full grid is another measurement
+    assert len(calls) == 2
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # another runtime regime
+    constants_cache.get("cpu", "float32", True, measure=measure)
+    assert len(calls) == 3
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    path = constants_cache.path(constants_cache.fingerprint("cpu", "float32", True))
+    saved = json.load(open(path))
+    saved["measured_at"] = (dt.datetime.now(dt.timezone.utc)
+                            - dt.timedelta(days=constants_cache.MAX_AGE_DAYS + 1)).isoformat()
+    json.dump(saved, open(path, "w"))
+    assert constants_cache.get("cpu", "float32", True, measure=measure)[1] == "measured now"
+    open(path, "w").write("{not json")
+    assert constants_cache.get("cpu", "float32", True, measure=measure)[1] == "measured now"
+    assert len(calls) == 5
