@@ -9,6 +9,8 @@
     python -m reports claims               the claims the suite tests (docs/CLAIMS.md)
     python -m reports measured F.json      a README block generated from a saved record (report.json, ...)
     python -m reports history              asv publish, with the site's libraries served locally (offline)
+    python -m reports reproduce RUN RUN... one machine's runs: each answer's figure per run, with its interval,
+                                           and the figures that fall outside another run's
     python -m reports predict SHEET        what another machine would do: a run's cases priced with a
                                            datasheet (docs/machines/*.json) or a run's measured constants
 """
@@ -27,7 +29,7 @@ import torch
 from benchmarks import cases, pairs
 from benchmarks.core import guards, pipeline, profiler, records
 
-from . import claims, columns, history, html, measured, predict, ranges, tidy
+from . import claims, columns, history, html, measured, predict, ranges, reproduce, tidy
 from .analyses import noise
 from .analyses.hardware import analyse_hardware
 from .analyses.runs import latest_run, one_machine_per_run
@@ -178,6 +180,19 @@ def compare(args) -> int:
     return 0
 
 
+def print_reproducibility(args) -> int:
+    if args.record:
+        records.check_record_path(args.record, "reproducibility")
+    runs = [reproduce.figures(path) for path in args.paths]
+    t = reproduce.table(runs)
+    print(reproduce.show(runs, t))
+    if args.record:
+        measured.save(args.record, "reproducibility", runs[0]["commit"],
+                      runs=[{k: r[k] for k in ("run", "machine", "cpu", "commit")} for r in runs],
+                      summary=reproduce.summary(t), figures=t.to_dict(orient="records"))
+    return 0
+
+
 def print_claims(args) -> int:
     print(claims.markdown(), end="")
     return 0
@@ -262,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--out", required=True)
     h = sub.add_parser("history", help="asv publish, with the JavaScript its site loads served from the site")
     h.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
+    r = sub.add_parser("reproduce", help="one machine's runs side by side: each answer's figure per run, its interval, "
+                       "and the figures outside another run's")
+    r.add_argument("paths", nargs="+", help="two or more run folders of one machine")
+    r.add_argument("--record", help="save the table as a record (docs/measured/; python -m reports measured)")
     p = sub.add_parser("predict", help="a run's cases predicted on another machine (a datasheet or measured constants)")
     p.add_argument("sheet", help="a datasheet (docs/machines/*.json) or a run folder / machine.json with constants")
     p.add_argument("--run", default=os.path.join("results", "runs", f"{socket.gethostname()}-default"),
@@ -273,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {None: measure, "measure": measure, "build": build, "compare": compare, "csv": csv,
                 "claims": print_claims, "measured": print_measured, "history": publish_history,
-                "predict": print_prediction}[args.command](args)
+                "predict": print_prediction, "reproduce": print_reproducibility}[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -33,13 +33,14 @@ PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values()
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
-            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "status", "reason", "bound"]
+            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "processes", "modes",
+            "status", "reason", "bound"]
            + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
 INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds",
-            "rounds_planned", "samples"]
+            "rounds_planned", "samples", "processes"]
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:

@@ -46,8 +46,16 @@ def _lines(spec: Figure):
     for column in table.columns:
         s = table[column].dropna()
         dashed = column in spec.dashed
-        ax.plot(s.index, s.values * spec.scale, marker="x" if dashed else "o", linestyle="--" if dashed else "-",
-                label=str(column))
+        line, = ax.plot(s.index, s.values * spec.scale, marker="x" if dashed else "o",
+                        linestyle="--" if dashed else "-", label=str(column))
+        if spec.low is not None and column in spec.low:  # each point's interval (lowest to highest process)
+            low, high = (spec.low[column].reindex(s.index), spec.high[column].reindex(s.index))
+            shown = low.notna() & high.notna()
+            if shown.any():
+                ax.errorbar(s.index[shown], s.values[shown] * spec.scale,
+                            yerr=[((s - low)[shown].clip(lower=0) * spec.scale).to_numpy(),
+                                  ((high - s)[shown].clip(lower=0) * spec.scale).to_numpy()],
+                            fmt="none", ecolor=line.get_color(), capsize=3, linewidth=1)
     if spec.hline is not None:
         ax.axhline(spec.hline[0] * spec.scale, color="black", linestyle="--", linewidth=1, label=spec.hline[1])
     if spec.ideal is not None:

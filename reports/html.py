@@ -259,7 +259,7 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
     counts = table[table.metric.isin(["time", "sequential_depth"])].status.value_counts().to_dict()
     runs = _runs(table)
     noisy, thin, limits = noise.noisy_cases(table), noise.unreplicated_cases(table), memory_limits(table)
-    busy = noise.busy_cases(table)
+    busy, modes = noise.busy_cases(table), noise.two_mode_cases(table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     page = env.get_template("report.html.j2").render(
         generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -270,6 +270,7 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         noisy_table=None if noisy.empty else _html(noisy),
         noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin),
         unreplicated_count=len(thin), busy_table=None if busy.empty else _html(busy), busy_share=f"{BUSY_SHARE:.0%}",
+        modes_table=None if modes.empty else _html(modes), modes_count=len(modes),
         warnings=noise.run_warnings(runs) + noise.peak_warnings(table),
         min_samples=MIN_SAMPLES,
         memory_table=None if limits.empty else _html(limits),
@@ -292,7 +293,8 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         "analyses": [{"key": a.key, "claim": a.claim, "title": a.title, "verdict": a.verdict, "answer": a.answer,
                       "missing": list(a.missing),
                       "has_data": bool(a.tables or a.numbers),
-                      "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()}}
+                      "conditions": a.conditions, "numbers": {k: _plain(v) for k, v in a.numbers.items()},
+                      "intervals": {k: [_plain(lo), _plain(hi)] for k, (lo, hi) in a.intervals.items()}}
                      for a in results], **(extra or {})})
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(page)

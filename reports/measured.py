@@ -329,8 +329,46 @@ def _prediction(record: dict, name: str, only: list[str] | None, link: str) -> l
     return lines
 
 
+def _reproducibility(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    s, runs = record["summary"], record["runs"]
+    lines = [f"From the saved record [`{name}`]({link}) (`python -m reports reproduce`, {record['generated']}): "
+             f"{len(runs)} runs of {runs[0]['machine']} ({runs[0]['cpu']}), commit {_commit(record['commit'])}. "
+             f"{s['figures']} figures in every run; {s['outside']} fall outside another run's interval (or "
+             f"±{s['tolerance']:.0%} of its value where it states none); of the {s['with_interval']} with an interval "
+             f"in every run, {s['outside_with_interval']} do.", "",
+             "| figure | " + " | ".join(f"run {i}" for i in range(1, len(runs) + 1)) + " | outside |",
+             "|---|" + "---|" * len(runs) + "---|"]
+    for f in record["figures"]:
+        if f["interval"] or f["outside"]:
+            cells = [f"{f[f'run {i}']:.3g}" + (f" ({f[f'run {i} interval']})" if f.get(f"run {i} interval") else "")
+                     for i in range(1, len(runs) + 1)]
+            lines.append(f"| {f['figure']} | " + " | ".join(cells) + f" | {f['outside']} of {f['pairs']} |")
+    return lines
+
+
+def _regime(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    lines = [f"From the saved record [`{name}`]({link}) (`scripts/regime_effects.py`, {record['generated']}, commit "
+             f"{_commit(record['commit'])}; {_machine(record['machine'])}): each case timed in two workers, one in the "
+             "default regime and one with the setting, in mirrored blocks; the ratio is the time with the setting "
+             "over the time without, with its 95% interval.", "",
+             "| setting | pause at handover | case | default | with setting | ratio (95%) |",
+             "|---|---|---|---|---|---|"]
+    for r in record["results"]:
+        env = ", ".join(f"{k}={v}" for k, v in r["env"].items()) or "none (control)"
+        for c in r["cases"]:
+            label = ", ".join(f"{k} {v}" for k, v in c["params"].items() if k not in ("device", "out_proj"))
+            lines.append(f"| {r['setting']}: {env} | {r['handover_s'] * 1e3:.0f} ms | {c['area']} {label} | "
+                         f"{c['default_s'] * 1e3:.2f} ms | {c['setting_s'] * 1e3:.2f} ms | "
+                         f"{c['ratio']:.3f} ({c['low']:.3f}-{c['high']:.3f}) |")
+        lines.append("")
+        lines.append(f"{r['setting']}: " + "; ".join(f"{p['pair']} {p['default']:.2f}x by default, "
+                                                       f"{p['setting']:.2f}x with it" for p in r["pairs"]) + ".")
+        lines.append("")
+    return lines[:-1]
+
+
 RENDER = {"report": _report, "prediction": _prediction, "regression-check": _regression_check,
-          "compare-with-torch": _compare_with_torch,
+          "compare-with-torch": _compare_with_torch, "reproducibility": _reproducibility, "regime": _regime,
           "gate": _gate, "gate-sensitivity": _gate_sensitivity, "pairs": _pairs}
 
 

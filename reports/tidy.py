@@ -213,7 +213,8 @@ def _normalised(records: list[dict], base: dict) -> list[dict]:
         row = next(x for x in _runner_rows(ok[i], base) if x["metric"] == "time")
         factor = value / row["value"]
         out.append({**row, "metric": "time_normalised", "value": value, "q25": row["q25"] * factor,
-                    "q75": row["q75"] * factor, "iqr": row["iqr"] * factor})
+                    "q75": row["q75"] * factor, "iqr": row["iqr"] * factor,
+                    **{k: row[k] * factor for k in ("low", "high") if k in row}})
     return out
 
 
@@ -247,18 +248,41 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
         return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
-         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec)}]
+         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **_over_processes(rec)}]
     if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
+    spans = _over_processes(rec)
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
-            rows.append({**common, "metric": metric, "unit": unit, "value": _derived(rec, metric, peak)})
+            row = {**common, "metric": metric, "unit": unit, "value": _derived(rec, metric, peak)}
+            if metric in PER_TIME and spans:  # a rate's interval from its time's: the fastest process, the slowest
+                median = rec["time_median_s"]
+                row.update(low=row["value"] * median / spans["high"], high=row["value"] * median / spans["low"],
+                           processes=spans["processes"])
+            rows.append(row)
     if calibrated and rec.get("fraction_of_peak") is not None:
         over = rec["matmul_flops"] / rec["time_median_s"] / calibrated
         if over > machine.PEAK_TOLERANCE:
             next(r for r in rows if r["metric"] == "fraction_of_peak")["reason"] = (
                 f"achieved {over:.2f}x the calibrated GEMM peak: the peak was raised (a calibration that read low)")
     return rows
+
+
+#: metrics that are a count over the time (their interval over processes is the time's, inverted)
+PER_TIME = ("achieved_flops_per_s", "tokens_per_s", "fraction_of_peak")
+
+
+def _over_processes(rec: dict) -> dict:
+    """A time's interval over the processes it was timed in (``low``, ``high``: the lowest and highest
+    process's median), how many (``processes``) and, when they ran at two levels, ``modes`` ("14.1 ms in 2
+    processes; 28.3 ms in 1"); nothing for a time from one process."""
+    if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
+        return {}
+    out = {"low": rec["time_low_s"], "high": rec["time_high_s"], "processes": rec["processes"]}
+    if rec.get("modes"):
+        out["modes"] = "; ".join(f"{m['time_s'] * 1e3:.3g} ms in {m['processes']} process"
+                                 f"{'es' if m['processes'] > 1 else ''}" for m in rec["modes"])
+    return out
 
 
 def _derived(rec: dict, metric: str, peak: float | None = None) -> float:

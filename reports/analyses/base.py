@@ -46,6 +46,10 @@ class Figure:
     legend_size: int = 8
     #: a roofline's ceilings: (peak FLOP/s, bandwidth bytes/s), before scaling
     roof: tuple[float, float] | None = None
+    #: each point's interval ("lines"): tables shaped as ``table``, its lowest and highest values (the lowest and
+    #: highest process of a time measured in several), drawn as error bars; None or NaN: no bar
+    low: pd.DataFrame | None = None
+    high: pd.DataFrame | None = None
 
 
 @dataclass
@@ -57,6 +61,9 @@ class Analysis:
     #: the answer in a line (at most about 25 words) with its key figure: the page's first table, the README
     answer: str = ""
     numbers: dict[str, float] = field(default_factory=dict)
+    #: a number's interval where one was measured, by its key in ``numbers``: (low, high) between the lowest and
+    #: highest process its times were measured in, or a paired ratio's 95% interval
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     #: what the numbers were computed on (size, batch, device, threads, dtype), shown under every figure
@@ -78,6 +85,16 @@ class Analysis:
         table = spec.pop("table", self.tables.get(name))
         if table is not None and not table.empty:
             self.figures.append(Figure(name, table, **spec))
+
+
+def time_curves(rows: pd.DataFrame, index: str, column: str) -> tuple[pd.DataFrame, dict]:
+    """Time rows as curves: the median value per (``index``, ``column``) unstacked, and the figure spec's
+    ``low``/``high`` tables of each point's interval over processes (empty where none was measured)."""
+    grouped = rows.groupby([index, column])
+    table = grouped.value.median().unstack(column)
+    if "low" not in rows or rows.low.isna().all():
+        return table, {}
+    return table, {k: grouped[k].median().unstack(column).reindex_like(table) for k in ("low", "high")}
 
 
 def ok_rows(t: pd.DataFrame, area: str, metric: str, method: str = "forward") -> pd.DataFrame:

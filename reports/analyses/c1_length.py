@@ -21,6 +21,7 @@ from .base import (
     not_measured,
     ok_rows,
     preset_phrase,
+    time_curves,
 )
 from .fits import crossover, fit_power_law
 from .profiling import case_table
@@ -46,10 +47,10 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
     flops, rate = (_median(t, m, "forward", keys, batch) for m in ("matmul_flops", "achieved_flops_per_s"))
     fits, sentences, factors = [], [], []
     for (device, preset, method), g in rows.groupby(["device", "preset", "method"]):
-        curves = g.groupby(["model", "seq_len"]).value.median().unstack("model")
+        curves, interval = time_curves(g, "seq_len", "model")
         a.tables[f"time_{device}_{preset}_{method}"] = curves
         a.plot(f"time_{device}_{preset}_{method}", xlabel="sequence length n (tokens)", ylabel="time per call (ms)",
-               title=f"{method.replace('_', ' ')} time vs n, {preset_phrase(preset)}", scale=1e3)
+               title=f"{method.replace('_', ' ')} time vs n, {preset_phrase(preset)}", scale=1e3, **interval)
         for model in curves:
             c = curves[model].dropna()
             if len(c) >= 2:
@@ -76,6 +77,8 @@ def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = Non
         sub = g[g.method == "forward"]
         tag = f"{device}_{preset}_n{n_max}"
         a.numbers[f"speedup_{tag}"] = r["speedup"]
+        if "speedup_low" in r:
+            a.intervals[f"speedup_{tag}"] = (r["speedup_low"], r["speedup_high"])
         cross = crossover(both.index, both["transformer"], both["rnn-width"])
         where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
                  f"no crossover in n = {both.index.min()}..{n_max}")
@@ -115,7 +118,8 @@ def _range(row: dict) -> str:
     """' (range a-b)' between the two times' quartiles, ' (no measured spread)' when a time rests on fewer than
     MIN_SAMPLES values, or nothing when the results do not say."""
     if "speedup_low" in row:
-        return f" (range {fmt_ratio(row['speedup_low'])}-{fmt_ratio(row['speedup_high'])})"
+        over = f" over {row['processes']} processes" if row.get("spread_over") == "processes" else ""
+        return f" (range {fmt_ratio(row['speedup_low'])}-{fmt_ratio(row['speedup_high'])}{over})"
     return " (no measured spread)" if "samples" in row else ""
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from .base import Analysis, ok_rows
+from .base import Analysis, ok_rows, time_curves
 
 
 def analyse_threads(t: pd.DataFrame) -> Analysis:
@@ -16,7 +16,7 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
     if rows.empty or rows.threads.nunique() < 2:
         return a.without("fewer than two thread counts",
                          "Thread scaling needs at least two thread counts: run the threads area on a multi-core CPU.")
-    times = rows.groupby(["workload", "threads"]).value.median().unstack("workload")
+    times, interval = time_curves(rows, "threads", "workload")
     one = times.loc[times.index.min()]
     speedup = one / times
     efficiency = speedup.div(speedup.index.to_series(), axis=0)
@@ -29,12 +29,19 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
     for w in times:
         a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
         a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
+        if interval:  # between the processes: 1 thread's slowest over p's fastest, and back
+            low, high = interval["low"], interval["high"]
+            span = (low.loc[times.index.min(), w] / high.loc[p, w], high.loc[times.index.min(), w] / low.loc[p, w])
+            if span[0] == span[0]:
+                a.intervals[f"speedup_{w}_p{p}"] = span
     best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
     a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
                  + f". {best} scales best, {worst} worst.")
     a.conditions = "workloads as named in the verdict, float32, CPU"
-    a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(f"{w} {speedup.loc[p, w]:.2f}×" for w in times) + ".")
+    a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(
+        f"{w} {speedup.loc[p, w]:.2f}×" + (f" ({lo:.2f}-{hi:.2f})" if (lo, hi) != (None, None) else "")
+        for w in times for lo, hi in [a.intervals.get(f"speedup_{w}_p{p}", (None, None))]) + ".")
     return a
 
 

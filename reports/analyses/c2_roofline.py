@@ -8,7 +8,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from .base import Analysis, conditions, devices, gpu_missing, hold_axes, not_measured, ok_rows
+from .base import Analysis, conditions, devices, gpu_missing, hold_axes, not_measured, ok_rows, time_curves
 
 
 def analyse_roofline(t: pd.DataFrame) -> Analysis:
@@ -22,7 +22,7 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
     sentences = []
     for device in devices(rows):
         d = rows[rows.device == device]
-        curves = d.groupby(["seq_len", "backend"]).value.median().unstack("backend")
+        curves, interval = time_curves(d, "seq_len", "backend")
         peak = _peak_at(t, device, d)
         a.tables[f"achieved_{device}"] = curves
         a.numbers[f"gemm_peak_{device}"] = peak
@@ -33,6 +33,10 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
         for backend in curves:
             best = curves[backend].max()
             a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
+            if interval:  # the best case's rate between its slowest and its fastest process
+                at = curves[backend].idxmax()
+                a.intervals[f"best_fraction_{device}_{backend}"] = (interval["low"].loc[at, backend] / peak,
+                                                                    interval["high"].loc[at, backend] / peak)
             parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
                          f"{curves[backend].idxmax()}")
         sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
@@ -40,13 +44,22 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
     a.verdict = " ".join(sentences + _roofline(t, a))
     a.answer = " ".join(
         "Best fraction of the measured GEMM peak on " + device + ": "
-        + ", ".join(f"{b} {a.numbers[f'best_fraction_{device}_{b}']:.0%}" for b in a.tables[f"achieved_{device}"])
+        + ", ".join(f"{b} {a.numbers[f'best_fraction_{device}_{b}']:.0%}" + _span(a, f"best_fraction_{device}_{b}")
+                    for b in a.tables[f"achieved_{device}"])
         + f" (peak {a.numbers[f'gemm_peak_{device}'] / 1e9:.1f} GFLOP/s)." for device in devices(rows))
     a.conditions = (f"8 heads, d_head {'/'.join(str(int(d)) for d in sorted(rows.d_head.dropna().unique()))}, "
                     f"batch × n = {'/'.join(str(cases.TOKENS.get(d, '?')) for d in devices(rows))} tokens, "
                     f"{conditions(rows, n=False)}")
     return a
 
+
+
+def _span(a: Analysis, key: str) -> str:
+    """' (lo-hi%)' for a fraction with an interval over processes, else ''."""
+    if key not in a.intervals:
+        return ""
+    low, high = a.intervals[key]
+    return f" ({low:.0%}-{high:.0%})".replace("%-", "-")
 
 
 def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> float:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from .base import Analysis, conditions, devices, gpu_missing, heads_axis, not_measured, ok_rows
+from .base import Analysis, conditions, devices, gpu_missing, heads_axis, not_measured, ok_rows, time_curves
 from .profiling import heads_explained
 
 #: a correlation at least this strong counts as "time tracks the work" in a verdict
@@ -47,14 +47,24 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
     a.numbers["matmul_flops_max_over_min"] = flat
     device = devices(times)[0]
     tt = times[(times.device == device) & times.out_proj.astype(bool)]
-    curves = tt.groupby(["heads", "strategy"]).value.median().unstack("strategy")
+    curves, interval = time_curves(tt, "heads", "strategy")
     a.tables[f"time_{device}"] = curves
     a.plot(f"time_{device}", xlabel=heads_axis(), ylabel="forward time (ms)", title="Time vs heads per strategy",
-           scale=1e3)
+           scale=1e3, **interval)
     h_lo, h_hi = int(curves.index.min()), int(curves.index.max())
     spreads = (curves.loc[h_hi] / curves.loc[h_lo]).to_dict()
     for s, r in spreads.items():
         a.numbers[f"time_ratio_h{h_hi}_over_h{h_lo}_{s}"] = r
+    ranges = {}  # each ratio's interval over processes: its lowest h_hi time over the highest h_lo time, and back
+    if interval:
+        low, high = interval["low"], interval["high"]
+        ranges = {s: (low.loc[h_hi, s] / high.loc[h_lo, s], high.loc[h_hi, s] / low.loc[h_lo, s]) for s in spreads
+                  if not pd.isna(low.loc[h_hi, s] / high.loc[h_lo, s])}
+        a.tables["time_ratios"] = pd.DataFrame([{"strategy": s, "ratio": spreads[s], "low": lo, "high": hi}
+                                                for s, (lo, hi) in ranges.items()])
+        a.intervals.update({f"time_ratio_h{h_hi}_over_h{h_lo}_{s}": span for s, span in ranges.items()})
+    told = {s: f"{r:.2f}× ({s}" + (f", {ranges[s][0]:.2f}-{ranges[s][1]:.2f}" if s in ranges else "") + ")"
+            for s, r in spreads.items()}
     same = "holds" if flat < 1.0 + 1e-9 else "does not hold"
     s = cases.MULTIHEAD_SHAPE
     sentences = [f"Multi-head attention at batch {s['batch']}, n = {s['seq_len']}, d_model {s['d_model']}, "
@@ -64,8 +74,9 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
         sentences.append(f"Non-matmul work grows {work.other_flops.max() / work.other_flops.min():.1f}× and the "
                          f"score matrix {work.score_bytes.max() / work.score_bytes.min():.0f}× "
                          f"({work.score_bytes.min() / 2**20:.0f} → {work.score_bytes.max() / 2**20:.0f} MiB).")
-    sentences.append(f"Yet time on {device} from h = {h_lo} to {h_hi} changes by "
-                     + ", ".join(f"{r:.2f}× ({s})" for s, r in spreads.items()) + ".")
+    sentences.append(f"Yet time on {device} from h = {h_lo} to {h_hi} changes by " + ", ".join(told.values())
+                     + (" (each with its range between the lowest and highest of the processes its times were measured "
+                        "in)" if ranges else "") + ".")
     if "batched" in curves and "other_flops" in work and len(curves) > 2:
         # why: does the batched strategy's time track the work that grows with h (the h·n² scores)?
         joined = pd.concat([curves["batched"], work.score_bytes], axis=1).dropna()
@@ -102,7 +113,7 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
                          f"{w['W_O cost'].median() - 1:.0%} of the time (median over h, batched).")
     a.verdict = " ".join(sentences)
     a.answer = (f"Matmul FLOPs equal at every h (max/min {flat:.4f}), yet h = {h_hi} takes "
-                + ", ".join(f"{r:.2f}× ({s})" for s, r in spreads.items()) + f" the time of h = {h_lo}.")
+                + ", ".join(told.values()) + f" the time of h = {h_lo}.")
     a.conditions = f"batch {s['batch']}, n {s['seq_len']}, d_model {s['d_model']}, {conditions(tt, n=False)}"
     return a
 

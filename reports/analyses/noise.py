@@ -54,6 +54,18 @@ def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
         columns={"value": "median s"})
 
 
+def two_mode_cases(t: pd.DataFrame) -> pd.DataFrame:
+    """Every timed case whose processes ran it at two levels, further apart than their own spread
+    (``benchmarks.core.measure.modes_of``): each level with how many processes ran at it, and the
+    interval over processes that the case's figure carries (lowest to highest). Widest first."""
+    if "modes" not in t:
+        return pd.DataFrame()
+    rows = t[(t.metric == "time") & (t.status == "ok") & t.modes.notna()]
+    rows = rows.assign(spread=rows.high / rows.low).sort_values("spread", ascending=False)
+    return case_columns(rows, "value", "modes", "low", "high").rename(
+        columns={"value": "median s", "low": "lowest process s", "high": "highest process s"})
+
+
 def busy_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case during which other processes used more than BUSY_SHARE of the cores (the runner's
     ``others_cpu_share``), busiest first, with its time: slower and noisier than on a quiet machine."""

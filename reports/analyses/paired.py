@@ -141,10 +141,12 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
                 continue
             q = p.iloc[0]
             checked += 1
+            c1.numbers[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = q.ratio
+            c1.intervals[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = (q.low, q.high)
             phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {q.low:.2f}-{q.high:.2f})"
             if not _overlap(q.low, q.high, low, high):
                 disagree.append(f"C1 {where}")
-                phrase += (f", but the grid's single timings gave {fmt_ratio(r.speedup)}"
+                phrase += (f", but the grid gave {fmt_ratio(r.speedup)}"
                            + (f" ({fmt_ratio(low)}-{fmt_ratio(high)})" if spread else "") + ", outside it")
             phrases.append(phrase)
         c1.answer = ("Transformer speed over the width-matched RNN's, teacher-forced forward: " + "; ".join(phrases)
@@ -152,6 +154,7 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
     heads_pairs = t[t.kind == "heads"]
     grid_ratios = {m.group(3): (int(m.group(1)), int(m.group(2)), v) for k, v in heads.numbers.items()
                    if (m := re.fullmatch(r"time_ratio_h(\d+)_over_h(\d+)_(\w+)", k))}
+    ranges = heads.tables.get("time_ratios", pd.DataFrame())  # the grid's ratios over processes
     if grid_ratios and not heads_pairs.empty and "matmul_flops_max_over_min" in heads.numbers:
         parts, hs = [], set()
         for strategy, (hi, lo, ratio) in grid_ratios.items():
@@ -162,10 +165,15 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
                 continue
             q = p.iloc[0]
             checked += 1
+            heads.numbers[f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}"] = q.ratio
+            heads.intervals[f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}"] = (q.low, q.high)
             part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {q.low:.2f}-{q.high:.2f})"
-            if not q.low <= ratio <= q.high:
+            grid = ranges[ranges.strategy == strategy] if not ranges.empty else ranges
+            low, high = (grid.low.iloc[0], grid.high.iloc[0]) if not grid.empty else (ratio, ratio)
+            if not _overlap(q.low, q.high, low, high):
                 disagree.append(f"C3 {strategy}")
-                part = part[:-1] + f"; the grid gave {ratio:.2f}×, outside it)"
+                part = part[:-1] + f"; the grid gave {ratio:.2f}×" + (
+                    f" ({low:.2f}-{high:.2f})" if not grid.empty else "") + ", outside it)"
             parts.append(part)
         hi, lo = max(hs)
         heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "

@@ -12,17 +12,25 @@ from .base import fmt_ratio
 def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
     """How sure the speed-up time(second) / time(first) is, from the two models' time rows (column ``model``):
     ``samples``, the fewest values either time is over (absent when the results do not say), and when that
-    is at least MIN_SAMPLES the range between the two times' quartiles (``speedup_low``, ``speedup_high``)
-    and whether they are over rounds spread over the run or over one round's blocks (``spread_over``)."""
+    is at least MIN_SAMPLES its interval (``speedup_low``, ``speedup_high``) and what it is over
+    (``spread_over``): with both times from MIN_SAMPLES or more processes, the range of the ratio between
+    their lowest and highest processes ("processes"); otherwise the range between the two times' quartiles,
+    over rounds of one process ("rounds") or one round's blocks ("blocks")."""
     a, b = (rows[rows.model == m] for m in (first, second))
     samples = pd.concat([a.samples, b.samples])
     if a.empty or b.empty or samples.isna().any():
         return {}
     out = {"samples": int(samples.min())}
-    if out["samples"] >= MIN_SAMPLES:
-        rounds = pd.concat([a.rounds, b.rounds]).dropna()
-        out.update(speedup_low=b.q25.median() / a.q75.median(), speedup_high=b.q75.median() / a.q25.median(),
-                   spread_over="rounds" if not rounds.empty and rounds.min() >= MIN_SAMPLES else "blocks")
+    if out["samples"] < MIN_SAMPLES:
+        return out
+    processes = pd.concat([a.processes, b.processes]) if "processes" in rows else pd.Series(dtype=float)
+    if len(processes) == len(a) + len(b) and processes.notna().all() and processes.min() >= MIN_SAMPLES:
+        return {**out, "speedup_low": b.low.median() / a.high.median(),
+                "speedup_high": b.high.median() / a.low.median(), "spread_over": "processes",
+                "processes": int(processes.min())}
+    rounds = pd.concat([a.rounds, b.rounds]).dropna()
+    out.update(speedup_low=b.q25.median() / a.q75.median(), speedup_high=b.q75.median() / a.q25.median(),
+               spread_over="rounds" if not rounds.empty and rounds.min() >= MIN_SAMPLES else "blocks")
     return out
 
 
@@ -42,6 +50,9 @@ def spread_phrase(spread: dict, ratio: float) -> str:
                 f"{'s' if least > 1 else ''} (a shared machine's times move from run to run: --rounds R times "
                 "each case R times over the run and gives a range)")
     span = f"{fmt_ratio(spread['speedup_low'])}-{fmt_ratio(spread['speedup_high'])}"
+    if spread["spread_over"] == "processes":
+        return (f"; over the {spread['processes']} or more fresh processes each time was measured in, the "
+                f"{fmt_ratio(ratio)} spans {span} (lowest to highest process)")
     if spread["spread_over"] == "rounds":
         return (f"; between the two times' quartiles over {least} or more rounds spread over the run, the "
                 f"{fmt_ratio(ratio)} spans {span}")

@@ -6,7 +6,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from .base import Analysis, conditions, devices, not_measured, ok_rows
+from .base import Analysis, conditions, devices, not_measured, ok_rows, time_curves
 from .fits import crossover, fit_power_law
 
 
@@ -34,7 +34,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
         {"self-attention": "O(n²·d)", "recurrent": "O(n·d²)"})
     cross = []
     for d, g in times.groupby("d_model"):
-        tc = g.groupby(["seq_len", "layer"]).value.median().unstack("layer")
+        tc, interval = time_curves(g, "seq_len", "layer")
         if {"self-attention", "recurrent"} <= set(tc):
             cross.append({"d_model": int(d),
                           # exact, from the FLOP model: an interpolation between grid points would miss it
@@ -43,7 +43,7 @@ def analyse_table1(t: pd.DataFrame) -> Analysis:
                           "n_range": f"{tc.index.min()}..{tc.index.max()}"})
             a.tables[f"time_d{int(d)}"] = tc
             a.plot(f"time_d{int(d)}", xlabel="sequence length n (tokens)", ylabel="forward time (ms)",
-                   title=f"Self-attention vs recurrent layer, d = {int(d)}", scale=1e3)
+                   title=f"Self-attention vs recurrent layer, d = {int(d)}", scale=1e3, **interval)
     cross_t = pd.DataFrame(cross)
     a.tables["crossover"] = cross_t
     for f in fits:

@@ -1,0 +1,112 @@
+"""Do one machine's answers hold from run to run? Each figure of every answer, per run, with the interval each
+run states, and the figures that fall outside another run's interval.
+
+    python -m reports reproduce RUN RUN [RUN ...]      run folders of one machine (results/runs/<name>)
+
+A run's figures are its analyses' numbers (``reports.analyses``: what the page's answers quote), computed
+from that run alone; a figure's interval is the one the run states (``Analysis.intervals``: between its
+lowest and highest process, or a paired ratio's 95% interval). For each figure and each ordered pair of
+runs (i, j), run i's value is checked against run j's interval, or, where run j states none, against
+run j's value within ±TOLERANCE. A figure whose value any other run's interval leaves out is ``outside``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+
+from . import ranges, tidy
+from .analyses import profiling
+from .analyses.registry import run_all
+
+#: where a run states no interval for a figure, another run's value within this relative distance agrees
+TOLERANCE = 0.05
+#: analyses compared across machines, not within one run
+NOT_PER_RUN = ("hardware",)
+
+
+def figures(folder: str) -> dict:
+    """One run folder's figures: {"run", "machine", "cpu", "commit", "figures": {key: (value, low, high)}},
+    each key ``<analysis>.<number>``, low and high None where the run states no interval."""
+    if not os.path.isfile(os.path.join(folder, "machine.json")):
+        raise ValueError(f"{folder!r} is not a run folder (no machine.json): name folders that "
+                         "python -m reports or benchmarks.runner measured")
+    table = tidy.load([folder])
+    machine = next(iter(dict.fromkeys(table.machine.dropna())), None)
+    analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)),
+                       tidy.load_pairs([folder], machine))
+    found = {}
+    for a in (ranges.check(a) for a in analyses if a.key not in NOT_PER_RUN):
+        for key, value in a.numbers.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                low, high = a.intervals.get(key, (None, None))
+                found[f"{a.key}.{key}"] = (float(value), low, high)
+    first = table.iloc[0]
+    return {"run": folder, "machine": machine,
+            "cpu": f"{first.cpu_model}, {first.cpu_count} cores, torch {first.torch}",
+            "commit": next(iter(dict.fromkeys(table.commit.dropna())), None), "figures": found}
+
+
+def one_machine(runs: list[dict]) -> None:
+    """ValueError naming each folder's machine when the runs are not all of one machine (by label and
+    hardware): reproducibility is one machine's; ``reports compare`` sets machines side by side."""
+    seen = {(r["machine"], r["cpu"]) for r in runs}
+    if len(seen) > 1:
+        named = "; ".join(f"{r['run']}: {r['machine']} ({r['cpu']})" for r in runs)
+        raise ValueError(f"these runs are not of one machine ({named}); reproduce compares runs of one machine, "
+                         "python -m reports compare compares machines")
+
+
+def agrees(value: float, other: tuple[float, float | None, float | None]) -> bool:
+    """Whether ``value`` lies in another run's interval, or within ±TOLERANCE of its value where it has none."""
+    v, low, high = other
+    if low is not None and high is not None:
+        return low <= value <= high
+    return abs(value / v - 1) <= TOLERANCE if v else value == v
+
+
+def table(runs: list[dict]) -> pd.DataFrame:
+    """One row per figure every run has: each run's value and interval, and ``outside``: how many (run, other
+    run) pairs leave it outside (``agrees``), of ``pairs``."""
+    if len(runs) < 2:
+        raise ValueError(f"reproducibility needs two runs or more; got {len(runs)}")
+    one_machine(runs)
+    keys = [k for k in runs[0]["figures"] if all(k in r["figures"] for r in runs[1:])]
+    rows = []
+    for key in keys:
+        got = [r["figures"][key] for r in runs]
+        row = {"figure": key, "interval": all(low is not None for _, low, _ in got)}
+        for i, (v, low, high) in enumerate(got, 1):
+            row[f"run {i}"] = v
+            row[f"run {i} interval"] = None if low is None else f"{low:.4g}-{high:.4g}"
+        pairs = [(i, j) for i in range(len(got)) for j in range(len(got)) if i != j]
+        row["outside"] = sum(not agrees(got[i][0], got[j]) for i, j in pairs)
+        row["pairs"] = len(pairs)
+        row["spread"] = max(v for v, _, _ in got) / min(v for v, _, _ in got) - 1 if min(
+            v for v, _, _ in got) > 0 else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(t: pd.DataFrame) -> dict:
+    """The counts a reader looks for: figures compared, those with an interval in every run, and how many of
+    each kind fall outside another run's interval (or ±TOLERANCE)."""
+    with_interval = t[t.interval]
+    return {"figures": len(t), "with_interval": len(with_interval),
+            "outside": int((t.outside > 0).sum()), "outside_with_interval": int((with_interval.outside > 0).sum()),
+            "tolerance": TOLERANCE}
+
+
+def show(runs: list[dict], t: pd.DataFrame) -> str:
+    s = summary(t)
+    lines = [f"{len(runs)} runs of {runs[0]['machine']} ({runs[0]['cpu']}): " + ", ".join(r["run"] for r in runs),
+             f"{s['figures']} figures in every run; {s['outside']} fall outside another run's interval (or ±"
+             f"{TOLERANCE:.0%} where it states none); of the {s['with_interval']} with an interval in every run, "
+             f"{s['outside_with_interval']} do.", ""]
+    shown = t.sort_values(["outside", "interval"], ascending=False)
+    columns = ["figure"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
+    with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):
+        lines.append(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return "\n".join(lines)

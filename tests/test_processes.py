@@ -1,0 +1,105 @@
+"""Every case timed in several fresh processes: the figure is the median over processes, its interval their
+range, and a case whose processes ran it at two levels is said to have two modes."""
+
+import json
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from benchmarks import cases
+from benchmarks.core import measure, runner
+from reports import figures, tidy
+from reports.analyses import noise
+from reports.analyses.base import Figure, time_curves
+from reports.analyses.spread import ratio_spread, spread_phrase
+
+PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
+        ("threads", {"workload": "attention", "threads": 1})]
+
+
+def _round(median, spread=0.01, pid=1):
+    """A round as measure.timed_round writes it: its median and quartiles (``spread``: IQR over median)."""
+    return {"started_at": "2026-01-01T00:00:00+00:00", "pid": pid, "median_s": median,
+            "q25_s": median * (1 - spread / 2), "q75_s": median * (1 + spread / 2), "blocks": 5,
+            "calls_per_block": 10, "control_flops_per_s": None, "others_cpu_share": None}
+
+
+def test_processes_that_disagree_beyond_their_own_spread_are_two_modes():
+    two = measure.modes_of([_round(0.014, pid=1), _round(0.028, pid=2), _round(0.0142, pid=3)])
+    assert two == [{"time_s": pytest.approx(0.0141), "processes": 2}, {"time_s": 0.028, "processes": 1}]
+    assert measure.modes_of([_round(0.010, pid=1), _round(0.0105, pid=2), _round(0.011, pid=3)]) is None
+    # a 30% gap between processes each as noisy as 20% is not beyond their own spread
+    assert measure.modes_of([_round(0.010, 0.2, 1), _round(0.013, 0.2, 2), _round(0.0131, 0.2, 3)]) is None
+
+
+def test_a_record_over_processes_carries_their_range_and_count():
+    rounds = [_round(0.020, pid=7), _round(0.010, pid=8), _round(0.011, pid=9)]
+    fields = measure.combined(rounds)
+    assert fields["processes"] == 3 and fields["time_median_s"] == 0.011
+    assert (fields["time_low_s"], fields["time_high_s"]) == (0.010, 0.020)
+    assert fields["modes"] == [{"time_s": pytest.approx(0.0105), "processes": 2}, {"time_s": 0.020, "processes": 1}]
+    one_process = measure.combined([_round(0.020, pid=7), _round(0.010, pid=7), _round(0.011, pid=7)])
+    assert one_process["processes"] == 1 and "modes" not in one_process
+
+
+def _time_rows(model_times: dict[str, tuple[float, float, float]], processes=3) -> pd.DataFrame:
+    return pd.DataFrame([{"model": m, "value": v, "low": lo, "high": hi, "q25": v, "q75": v, "samples": 3,
+                          "rounds": 3, "processes": processes} for m, (lo, v, hi) in model_times.items()])
+
+
+def test_a_ratio_of_two_times_over_processes_spans_their_lowest_and_highest_processes():
+    rows = _time_rows({"transformer": (0.009, 0.010, 0.012), "rnn-width": (0.040, 0.050, 0.060)})
+    spread = ratio_spread(rows, "transformer", "rnn-width")
+    assert spread["spread_over"] == "processes" and spread["processes"] == 3
+    assert spread["speedup_low"] == pytest.approx(0.040 / 0.012)
+    assert spread["speedup_high"] == pytest.approx(0.060 / 0.009)
+    assert "over the 3 or more fresh processes" in spread_phrase(spread, 5.0)
+    # times from fewer processes fall back to their quartiles
+    assert ratio_spread(_time_rows({"transformer": (0.009, 0.010, 0.012), "rnn-width": (0.04, 0.05, 0.06)},
+                                   processes=1), "transformer", "rnn-width")["spread_over"] == "rounds"
+
+
+def test_time_curves_carry_each_points_interval_and_the_figure_draws_it():
+    rows = pd.DataFrame([{"seq_len": n, "model": m, "value": v, "low": v * 0.9, "high": v * 1.2}
+                         for n in (16, 64) for m, v in (("transformer", n * 1e-4), ("rnn-width", n * 3e-4))])
+    table, interval = time_curves(rows, "seq_len", "model")
+    assert interval["low"].loc[64, "rnn-width"] == pytest.approx(64 * 3e-4 * 0.9)
+    fig = figures._lines(Figure("t", table, scale=1e3, **interval))
+    bars = [c for c in fig.axes[0].containers if c.__class__.__name__ == "ErrorbarContainer"]
+    assert len(bars) == 2  # one per curve
+    plt.close(fig)
+    no_interval = time_curves(rows.drop(columns=["low", "high"]).assign(low=float("nan"), high=float("nan")),
+                              "seq_len", "model")[1]
+    assert no_interval == {}
+
+
+def test_a_case_with_two_modes_is_listed_with_both_levels(tmp_path):
+    record = {"area": "threads", "method": "forward", "params": {"workload": "attention", "threads": 1},
+              "status": "ok", "reason": None, "commit": "abc", "started_at": "2026-01-01T00:00:00+00:00",
+              **measure.combined([_round(0.014, pid=1), _round(0.028, pid=2), _round(0.0142, pid=3)])}
+    rows = tidy._runner_rows(record, {"machine": "vm", "run": "r", "commit": "abc"})
+    time_row = next(r for r in rows if r["metric"] == "time")
+    assert time_row["modes"] == "14.1 ms in 2 processes; 28 ms in 1 process"
+    table = tidy.frame(rows)
+    listed = noise.two_mode_cases(table)
+    assert len(listed) == 1 and listed["lowest process s"][0] == 0.014 and listed["highest process s"][0] == 0.028
+
+
+@pytest.mark.slow
+def test_the_runner_times_each_round_in_a_fresh_process(tmp_path, fake_peaks):
+    out = str(tmp_path / "run")
+    r = runner.Runner(out, min_run_time=0.03, rounds=3, fresh=True)
+    counts = r.run(PLAN, progress=False)
+    methods = sum(len(cases.METHODS[area]) for area, _ in PLAN)
+    assert counts["ok"] == methods and len(r.records) == methods
+    for name in os.listdir(os.path.join(out, "cases")):
+        rec = json.load(open(os.path.join(out, "cases", name)))
+        pids = {x["pid"] for x in rec["rounds"]}
+        assert len(rec["rounds"]) == 3 and len(pids) == 3 and os.getpid() not in pids
+        medians = [x["median_s"] for x in rec["rounds"]]
+        assert rec["processes"] == 3 and (rec["time_low_s"], rec["time_high_s"]) == (min(medians), max(medians))
+    # a second run into the folder finds every round there and starts no process
+    again = runner.Runner(out, min_run_time=0.03, rounds=3, fresh=True)
+    assert again.run(PLAN, progress=False)["resumed"] == 2

@@ -1,0 +1,63 @@
+"""Reproducibility over run folders of one machine: each figure per run with the interval each run states, and
+the figures that fall outside another run's interval (or ±5% where it states none)."""
+
+import json
+import os
+import shutil
+
+import pytest
+from run_helpers import PLAN, measure
+
+from reports import reproduce
+from reports.__main__ import main as reports_main
+
+
+def _run(name, machine="vm", **figures):
+    return {"run": name, "machine": machine, "cpu": "EPYC, 2 cores, torch 2.13", "commit": "abc",
+            "figures": figures}
+
+
+def test_runs_that_agree_within_their_intervals_have_nothing_outside():
+    runs = [_run("a", x=(5.0, 4.8, 5.3), y=(1.00, None, None)),
+            _run("b", x=(5.1, 4.9, 5.4), y=(1.03, None, None)),
+            _run("c", x=(4.9, 4.7, 5.2), y=(0.99, None, None))]
+    t = reproduce.table(runs)
+    assert list(t.outside) == [0, 0] and list(t.pairs) == [6, 6]
+    assert reproduce.summary(t) == {"figures": 2, "with_interval": 1, "outside": 0, "outside_with_interval": 0,
+                                    "tolerance": reproduce.TOLERANCE}
+
+
+def test_a_figure_outside_another_runs_interval_is_counted_each_way():
+    runs = [_run("a", x=(5.0, 4.9, 5.1), y=(1.00, None, None)),
+            _run("b", x=(6.0, 5.9, 6.1), y=(1.07, None, None))]  # 20% apart; y 7% apart without an interval
+    t = reproduce.table(runs).set_index("figure")
+    assert t.loc["x", "outside"] == 2 and t.loc["y", "outside"] == 2
+    assert t.loc["x", "spread"] == pytest.approx(0.2)
+    one_way = reproduce.table([_run("a", x=(5.0, 4.0, 6.0)), _run("b", x=(5.8, 5.7, 5.9))]).set_index("figure")
+    assert one_way.loc["x", "outside"] == 1  # 5.0 lies outside b's narrow interval, 5.8 inside a's wide one
+
+
+def test_runs_of_two_machines_or_a_single_run_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"not of one machine \(a: vm .*b: laptop"):
+        reproduce.table([_run("a", x=(1.0, None, None)), _run("b", machine="laptop", x=(1.0, None, None))])
+    with pytest.raises(ValueError, match="two runs or more; got 1"):
+        reproduce.table([_run("a", x=(1.0, None, None))])
+
+
+def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, capsys):
+    first = measure(tmp_path / "one")
+    second = str(tmp_path / "two")
+    shutil.copytree(first, second)
+    record = str(tmp_path / "repro.json")
+    assert reports_main(["reproduce", first, second, "--record", record]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs of vm" in out and "0 fall outside another run's interval" in out
+    saved = json.load(open(record))
+    assert saved["kind"] == "reproducibility" and saved["summary"]["figures"] > 0
+    assert any(f["figure"].startswith("c1_length.speedup_") for f in saved["figures"])
+    other = measure(tmp_path / "three", PLAN, name="laptop")
+    assert reports_main(["reproduce", first, other]) == 2
+    assert "not of one machine" in capsys.readouterr().err
+    assert reports_main(["reproduce", first, str(tmp_path)]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    assert os.path.exists(record)
