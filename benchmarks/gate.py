@@ -33,7 +33,7 @@ from . import cases
 from .core import guards, machine
 from .core.paired import (
     FIXED_ALLOCATOR,
-    IDLE_PASSIVE,
+    HANDOVER_S,
     SESSION_ROUNDS,
     VERDICTS,
     MirroredRounds,
@@ -99,7 +99,8 @@ class Gate(MirroredRounds):
     """One comparison: each case in the base worker against the same case in the head worker."""
 
     def __init__(self, todo: list[tuple[str, dict, str]], base: Worker, head: Worker):
-        super().__init__([base, head], todo, [(Side(base, i), Side(head, i)) for i in range(len(todo))], BLOCK_S)
+        super().__init__([base, head], todo, [(Side(base, i), Side(head, i)) for i in range(len(todo))], BLOCK_S,
+                         HANDOVER_S)
         self.base, self.head = base, head
 
 
@@ -228,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
         base_models = export(base, os.path.join(tmp, "base"))
         head_models = ROOT if head == TREE else export(head, os.path.join(tmp, "head"))
-        gate = Gate(todo, Worker("base", base_models, ROOT, {**IDLE_PASSIVE, **FIXED_ALLOCATOR}),
-                    Worker("head", head_models, ROOT, {**IDLE_PASSIVE, **FIXED_ALLOCATOR}))
+        gate = Gate(todo, Worker("base", base_models, ROOT, FIXED_ALLOCATOR),
+                    Worker("head", head_models, ROOT, FIXED_ALLOCATOR))
         started = time.monotonic()
         print(f"Comparing {len(todo)} cases: head {head if head == TREE else head[:8]} against base {base[:8]}, "
               f"mirrored blocks of about {BLOCK_S * 1e3:g} ms, until decided or {args.budget:g} s", file=sys.stderr)
@@ -265,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                                "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                                "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-                               "threads": torch.get_num_threads(), "worker_env": {**IDLE_PASSIVE, **FIXED_ALLOCATOR},
+                               "threads": torch.get_num_threads(), "worker_env": FIXED_ALLOCATOR,
+                               "handover_s": HANDOVER_S,
                                "regime": gate.base.regime,
                                "stopped": None if stopped is None else (str(stopped) or "interrupted"),
                                "cases": rows})

@@ -222,6 +222,7 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
 
     timeouts = []
     g = gate.Gate([("attention", {}, "forward")], Timed("base", []), Timed("head", []))
+    g.handover_s = 0.0  # this budget of 0.2 s reaches a new session only without the handover pauses
     g.start()
     assert {t for _, t in timeouts} == {paired.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
     timeouts.clear()
@@ -229,6 +230,29 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
     waits = [t for _, t in timeouts]
     assert {"probe", "block"} <= {kind for kind, _ in timeouts}
     assert max(waits) <= 0.2 + paired.STALL_GRACE_S and min(waits) >= paired.STALL_GRACE_S - 1
+
+
+def test_the_gate_pauses_before_each_block_of_the_other_worker_only(monkeypatch):
+    from benchmarks import gate
+
+    log, sleeps = [], []
+    monkeypatch.setattr(paired.time, "sleep", lambda s: (sleeps.append(s), log.append(("pause", "pause"))))
+    g = gate.Gate([("attention", {}, "forward"), ("attention", {}, "backward")], FakeWorker("base", log),
+                  FakeWorker("head", log))
+    assert g.handover_s == paired.HANDOVER_S > 0
+    g.start()
+    log.clear()
+    g.round(0)  # two pairs: b h h b, b h h b
+    seen = [label[0] if what == "block" else "|" for label, what in log]
+    assert "".join(seen) == "|b|hh|bb|hh|b"  # a pause at every change of worker, none between one worker's blocks
+    assert set(sleeps) == {paired.HANDOVER_S}
+    # a pair in one worker (the verdicts' pairs) never pauses
+    w = FakeWorker("cases", [])
+    sleeps.clear()
+    one = paired.MirroredRounds([w], [("a", {}, "f"), ("b", {}, "f")], [(paired.Side(w, 0), paired.Side(w, 1))], 0.05)
+    one.start()
+    one.round(0)
+    assert sleeps == []
 
 
 def test_a_worker_that_stops_answering_is_named_within_its_timeout():

@@ -6,8 +6,10 @@ of its own (``paired_worker``: this checkout's case definitions, that version's 
 controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
 that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
 over A's). Three things would still set one side apart: the idle side's OpenMP threads spinning while the
-other side runs (the gate's two workers wait passively: ``IDLE_PASSIVE``; on a 2-core VM spinning made an
-unchanged case read 1.3-1.6x slower), and what one process happens to get (its memory, its place on the
+other side runs (in the default wait policy libgomp's threads spin a while before they sleep; on a 2-core VM
+that made an unchanged case read 1.3-1.6x slower), so the controller pauses ``HANDOVER_S`` before each block
+of the other worker, and both run in the users' default wait policy (``scripts/regime_effects.py`` measures
+what the pause and the passive policy change); what one process happens to get (its memory, its place on the
 cores: a few per cent, persistent for the process) and glibc's allocator: a case whose intermediates are
 megabytes (the math backend's n x n scores) gets them from fresh pages or from memory already mapped
 depending on where its tensors happen to lie, so one process timed the same case at 14 ms and another at
@@ -46,12 +48,15 @@ FEWEST_ROUNDS = 2
 #: seconds past the budget a worker may take to answer one block before it counts as stopped (a stopped or
 #: starved process is named then, instead of holding the command past its budget)
 STALL_GRACE_S = 10.0
-#: rounds per pair of worker processes, and the environment the workers run in
+#: rounds per pair of worker processes
 SESSION_ROUNDS = 6
-#: where two workers take turns (the gate), the waiting one's OpenMP threads sleep at once instead of
-#: spinning on the cores the other is timed on. A single worker (the pairs) takes no such setting: it runs
-#: in the users' default regime, as the grid does (passive waits made a small operator's call up to 5x slower)
+#: OpenMP threads that sleep as soon as they wait: not how the models are timed (passive waits made a small
+#: operator's call up to 5x slower), but a setting whose effect ``scripts/regime_effects.py`` measures
 IDLE_PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: seconds the controller pauses before a block of another worker than the last block's, so that the worker that
+#: just finished stops spinning: libgomp's threads, waiting in the default policy, spin for a while (about
+#: 300,000 pause instructions) before they sleep, on the cores the other worker is about to be timed on
+HANDOVER_S = 0.02
 #: glibc's allocator fixed: every allocation from the heap, none given back (the gate's workers; see above).
 #: Not for a verdict's ratio: the grid times its cases with the default allocator, whose page faults on
 #: large tensors are part of their cost (64 heads' 134 MB of scores: half of their time on the VM)
@@ -228,8 +233,9 @@ class MirroredRounds:
     call), sized once from its slower side."""
 
     def __init__(self, workers: list[Worker], todo: list[tuple[str, dict, str]], pairs: list[tuple[Side, Side]],
-                 block_s: float):
+                 block_s: float, handover_s: float = 0.0):
         self.workers, self.todo, self.pairs, self.block_s = workers, todo, pairs, block_s
+        self.handover_s = handover_s  # the pause before a block of another worker than the last block's
         self.ratios: list[list[float]] = [[] for _ in pairs]
         self.sessions: list[list[int]] = [[] for _ in pairs]  # each round's set of worker processes
         self.times: list[dict[str, list[float]]] = [{"a": [], "b": []} for _ in pairs]
@@ -237,6 +243,7 @@ class MirroredRounds:
         self.skipped: dict[int, str] = {}
         self.session = -1
         self.deadline = math.inf  # when the budget of ``run`` ends (time.monotonic)
+        self._last: Worker | None = None  # the worker that timed the last block
 
     def start(self) -> None:
         """Start the workers (again, for a new session), build every case and warm each pair's sides (a new
@@ -275,6 +282,9 @@ class MirroredRounds:
             got = {"a": [], "b": []}
             for name in (first, second, second, first):
                 side = a if name == "a" else b
+                if self.handover_s and side.worker is not self._last:
+                    time.sleep(self.handover_s)  # the other worker's threads stop spinning and sleep
+                self._last = side.worker
                 got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]},
                                                  self.block_timeout())["seconds"])
             self.ratios[p].append(round_ratio(got["a"], got["b"]))

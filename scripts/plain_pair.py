@@ -1,0 +1,101 @@
+"""A plain, independent check of a published ratio: two cases timed in mirrored blocks in a bare process.
+
+Each process builds only the two cases (nothing else in its memory), warms each with two calls, then times
+them with ``time.perf_counter`` in mirrored blocks (a b b a, then b a a b) for ``--rounds`` rounds, in the
+users' default regime; its ratio is the median of its rounds' ratios (b's two blocks over a's). Several such
+processes, one after another, give the ratio's spread over processes. Nothing here is shared with the runner's
+or the pairs' timing code (``benchmarks.core.measure``, ``benchmarks.core.paired``): only the case definitions.
+
+    .venv/bin/python scripts/plain_pair.py                    C1 at tiny and paper-base, n = 128, 3 processes
+    .venv/bin/python scripts/plain_pair.py --processes 5 --rounds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the checks: (name, area, method, (a's params, b's params)); the ratio is b's time over a's
+CHECKS = {
+    f"C1 {preset} n=128": ("models", "forward", tuple(
+        {"model": m, "preset": preset, "seq_len": 128, "batch": 8, "device": "cpu"}
+        for m in ("transformer", "rnn-width")))
+    for preset in ("tiny", "paper-base")
+}
+#: seconds each block lasts at least (at least one call)
+BLOCK_S = 0.05
+
+
+def one_process(name: str, rounds: int) -> dict:
+    """In this process: the two cases of check ``name`` timed in mirrored blocks; their median times per call
+    and the median of the rounds' ratios."""
+    sys.path.insert(0, ROOT)
+    import torch
+
+    from benchmarks import cases
+
+    area, method, sides = CHECKS[name]
+    fns = []
+    for params in sides:
+        torch.manual_seed(0)
+        case = cases.build(area, params)
+        fn = case.work(method)[0]
+        for _ in range(2):
+            fn()
+        fns.append(fn)
+    start = time.perf_counter()
+    fns[0]()
+    calls = max(1, round(BLOCK_S / max(time.perf_counter() - start, 1e-9)))
+
+    def block(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+
+    ratios, times = [], {0: [], 1: []}
+    for r in range(rounds):
+        order = (0, 1, 1, 0) if r % 2 == 0 else (1, 0, 0, 1)
+        got = {0: [], 1: []}
+        for side in order:
+            got[side].append(block(fns[side]))
+        ratios.append(sum(got[1]) / sum(got[0]))
+        for side in got:
+            times[side].extend(got[side])
+    return {"check": name, "pid": os.getpid(), "ratio": statistics.median(ratios),
+            "a_s": statistics.median(times[0]), "b_s": statistics.median(times[1]), "rounds": rounds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/plain_pair.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per check (default 3)")
+    parser.add_argument("--rounds", type=int, default=12, help="mirrored rounds per process (default 12)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # inside a process of its own: one check
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one_process(args.one, args.rounds)))
+        return 0
+    if args.processes < 1 or args.rounds < 1:
+        parser.error(f"--processes {args.processes} and --rounds {args.rounds}: both must be at least 1")
+    for name in CHECKS:
+        found = []
+        for _ in range(args.processes):
+            done = subprocess.run([sys.executable, __file__, "--one", name, "--rounds", str(args.rounds)],
+                                  capture_output=True, text=True, check=True)
+            found.append(json.loads(done.stdout))
+        ratios = sorted(f["ratio"] for f in found)
+        print(f"{name}: ratio (b/a) {statistics.median(ratios):.3f}, "
+              f"processes {', '.join(f'{r:.3f}' for r in ratios)}; "
+              f"a {statistics.median(f['a_s'] for f in found) * 1e3:.2f} ms, "
+              f"b {statistics.median(f['b_s'] for f in found) * 1e3:.2f} ms per call")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
