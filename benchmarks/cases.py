@@ -40,11 +40,13 @@ from .grids import (
     PARALLEL_GRIDS,
     PROFILE_SETS,
     SPARSE,
+    SPARSE_METHODS,
     THREAD_WORKLOADS,
     TOKENS,
     active_grid,
     axes,
     combinations,
+    method_on_grid,
     on_grid,
     profile_set,
     select,
@@ -62,8 +64,9 @@ __all__ = [
     "Prepared", "Skip", "attention_case", "build", "depth_case", "layer_case", "model_case", "model_config",
     "multihead_case", "threads_case", "using_threads",
     "DEPTH_BATCH", "GENERATE_STEPS", "GRIDS", "LAYER_BATCH", "LAYER_HEADS", "MAX_SEQ_LEN", "METHODS", "MODES",
-    "MULTIHEAD_SHAPE", "PARALLEL_GRIDS", "PROFILE_SETS", "SPARSE", "THREAD_WORKLOADS", "TOKENS", "active_grid",
-    "axes", "combinations", "on_grid", "profile_set", "select", "thread_counts", "tokens",
+    "MULTIHEAD_SHAPE", "PARALLEL_GRIDS", "PROFILE_SETS", "SPARSE", "SPARSE_METHODS", "THREAD_WORKLOADS", "TOKENS",
+    "active_grid", "axes", "combinations", "method_on_grid", "on_grid", "profile_set", "select", "thread_counts",
+    "tokens",
 ]
 
 

@@ -40,7 +40,7 @@ REPORT_DIR = os.path.join("results", "report")
 #: (about 2 MB) may take at most
 REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
 #: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles
-PAIRS_BUDGET_S = 60.0
+PAIRS_BUDGET_S = 45.0
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
 
@@ -161,6 +161,23 @@ def _print_agreement(found: list[dict]) -> None:
               f"(>= {noise.MIN_TIME_S * 1e3:g} ms):\n{displayable(agree).to_string(na_rep=MISSING)}")
 
 
+def _print_differences(folders: list[str]) -> None:
+    """Each run folder after the first against the first, figure by figure: differs, or the same within the
+    noise (``reproduce.differences``: each run's stated interval, or ±5% where it states none)."""
+    if len(folders) < 2:
+        return
+    runs = [reproduce.figures(f) for f in folders]
+    for other in runs[1:]:
+        d = reproduce.differences(runs[0], other)
+        if d.empty:
+            continue
+        print(f"\n{other['run']} ({other['machine']}) against {runs[0]['run']} ({runs[0]['machine']}), figure by "
+              f"figure: {int((d.verdict == 'differs').sum())} of {len(d)} differ, the rest are the same within the "
+              f"noise (each run's interval, or ±{reproduce.TOLERANCE:.0%} where it states none):")
+        with pd.option_context("display.max_rows", None, "display.width", 250, "display.max_colwidth", 60):
+            print(d.sort_values("verdict").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
 def compare(args) -> int:
     html.check_replaceable(args.report, args.paths)
     table = tidy.load(args.paths)
@@ -176,6 +193,7 @@ def compare(args) -> int:
 
     for name, df in a.tables.items():
         print(f"\n{name}:\n{displayable(df).to_string(na_rep=MISSING)}")
+    _print_differences([p for p in tidy.unique_paths(args.paths) if os.path.isfile(os.path.join(p, "machine.json"))])
     print(os.path.abspath(_report(args.paths, args.report, table=table, extra={"agreement": found})))
     return 0
 

@@ -110,3 +110,22 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):
         lines.append(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return "\n".join(lines)
+
+
+def differences(first: dict, other: dict) -> pd.DataFrame:
+    """Figure by figure, run ``other`` against run ``first`` (any machines): both values with their intervals
+    and ``verdict``: "differs" when their intervals do not overlap, or, where a run states none, when neither
+    value agrees with the other run's figure (``agrees``); else "same within the noise"."""
+    rows = []
+    for key, a in first["figures"].items():
+        if key not in other["figures"]:
+            continue
+        b = other["figures"][key]
+        both = None not in (a[1], b[1])
+        same = (a[1] <= b[2] and b[1] <= a[2]) if both else (agrees(b[0], a) or agrees(a[0], b))
+        rows.append({"figure": key, "first": a[0], "first interval": None if a[1] is None else f"{a[1]:.4g}-{a[2]:.4g}",
+                     "second": b[0], "second interval": None if b[1] is None else f"{b[1]:.4g}-{b[2]:.4g}",
+                     "change": b[0] / a[0] - 1 if a[0] else float("nan"),
+                     "verdict": "same within the noise" if same else "differs"})
+    return pd.DataFrame(rows)
+

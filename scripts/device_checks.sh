@@ -5,7 +5,8 @@
 # built from them (predicted against measured on the GPU too), the GPU cases priced from the H200's datasheet,
 # and our speed against torch's modules on the GPU. It uses the python that holds a CUDA torch
 # (PYTHON, default python3) from the repository root, and writes its log, the run folder and the
-# report into OUT (default results/device-checks). Every step runs even if one before it failed; the
+# report into OUT (default results/device-checks), with the run folder also packed whole
+# (OUT/run-folder.tar.gz: records, machine.json). Every step runs even if one before it failed; the
 # exit code is the number of steps that failed.
 #
 #     bash scripts/device_checks.sh            # or: OUT=/some/dir PYTHON=.venv/bin/python MACHINE=h200 bash ...
@@ -52,6 +53,9 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
         --csv "$OUT/predicted-h200-datasheet.csv"
     step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --rounds 5 \
         --record "$OUT/compare-with-torch-cuda.json"
+    # the whole run folder (machine.json with the GPU's constants, every case record, the profiles) as one file,
+    # to keep in docs/measured: the performance model is then checked against a real GPU offline
+    step keep-run-folder 0 tar -czf "$OUT/run-folder.tar.gz" -C "$OUT" run
     echo "== $failed step(s) failed"
 } 2>&1 | tee "$OUT/log.txt"
 exit "$(tail -n 1 "$OUT/log.txt" | awk '{print $2}')"

@@ -219,6 +219,20 @@ def test_hardware_ratios_raw_and_per_gemm_peak():
     assert alone.missing and "python -m reports build" in alone.verdict
 
 
+def test_hardware_puts_the_gap_the_constants_predict_beside_the_measured_one():
+    slow, fast = ([dict(r, machine=m, value=r["value"] * k) for r in model_times()]
+                  for m, k in (("slow", 1), ("fast", 0.25)))
+    predicted = ([dict(r, machine=m, metric="predicted_time", value=r["value"] * k) for r in model_times()]
+                 for m, k in (("slow", 1), ("fast", 0.5)))  # the constants predict 2x of the 4x measured
+    a = hardware.analyse_hardware(table(slow, fast, *predicted))
+    s = a.tables["speedup"].iloc[0]
+    assert s.median_speedup == pytest.approx(4.0) and s.median_predicted_speedup == pytest.approx(2.0)
+    assert s.explained == pytest.approx(0.5)  # log 2 of log 4
+    assert "predicts 2.00×: the constants explain 50% of the gap (in log)" in a.verdict
+    without = hardware.analyse_hardware(table(slow, fast)).tables["speedup"].iloc[0]
+    assert "median_predicted_speedup" not in without
+
+
 def test_empty_results_degrade_visibly():
     empty = table()
     for f, with_profiles in registry.ANALYSES:

@@ -61,3 +61,15 @@ def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, ca
     assert reports_main(["reproduce", first, str(tmp_path)]) == 2
     assert "is not a run folder" in capsys.readouterr().err
     assert os.path.exists(record)
+
+
+def test_compare_says_per_figure_whether_two_runs_differ_or_are_the_same_within_the_noise():
+    a = _run("a", x=(5.0, 4.9, 5.1), y=(1.00, None, None), z=(2.0, 1.5, 2.5), only_a=(1.0, None, None))
+    b = _run("b", machine="laptop", x=(6.0, 5.9, 6.1), y=(1.03, None, None), z=(2.6, 2.4, 2.8))  # any machines
+    d = reproduce.differences(a, b).set_index("figure")
+    assert list(d.index) == ["x", "y", "z"]  # only figures both runs have
+    assert d.loc["x", "verdict"] == "differs" and d.loc["x", "change"] == pytest.approx(0.2)
+    assert d.loc["y", "verdict"] == "same within the noise"  # 3%, no interval: within ±5%
+    assert d.loc["z", "verdict"] == "same within the noise"  # the intervals overlap (2.4-2.5)
+    far = reproduce.differences(_run("a", y=(1.00, None, None)), _run("b", y=(1.07, None, None)))
+    assert far.verdict.iloc[0] == "differs"  # 7% without an interval

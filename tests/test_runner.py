@@ -192,3 +192,12 @@ def test_a_timing_short_of_three_blocks_is_topped_up_only_when_that_is_cheap():
     assert 0.03 <= topped.q25 <= topped.median <= topped.q75 < 0.06
     slow = measure.blocked_timing(lambda: time.sleep(0.1), min_run_time=0.05)  # two more would cost 0.2 s: left as is
     assert slow.blocks == 1 and slow.q25 == slow.median == slow.q75
+
+
+def test_a_grid_may_leave_a_method_of_a_case_out_and_the_runner_times_only_the_rest(tmp_path):
+    params = {"model": "transformer", "preset": "paper-base", "seq_len": 128, "batch": 8, "device": "cpu"}
+    default = runner.Runner(str(tmp_path / "default"), grid="default")
+    assert default.methods("models", params) == [m for m in cases.METHODS["models"] if m != "train_step"]
+    assert "train_step" in default.methods("models", {**params, "seq_len": 64})
+    assert runner.Runner(str(tmp_path / "full"), grid="full").methods("models", params) == cases.METHODS["models"]
+    assert runner.Runner(str(tmp_path / "any")).methods("models", params) == cases.METHODS["models"]

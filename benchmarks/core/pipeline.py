@@ -122,7 +122,7 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None, extra
     # each round in a fresh process, except under torchrun, whose ranks are the processes
     runner = Runner(out, min_run_time=args.min_run_time, name=machine_name(args), rounds=getattr(args, "rounds", 1),
                     quick_constants=args.grid == "quick", fresh=int(os.environ.get("WORLD_SIZE", 1)) == 1,
-                    recalibrate=getattr(args, "recalibrate", False))
+                    recalibrate=getattr(args, "recalibrate", False), grid=args.grid)
     ranks = Ranks()
     try:
         lock = hold(out, ranks.rank, ranks.all_agree)

@@ -79,7 +79,7 @@ class Runner:
 
     def __init__(self, out: str, *, min_run_time: float = 0.2, telemetry_time: float = 1.0,
                  name: str | None = None, rounds: int = 1, quick_constants: bool = False, fresh: bool = False,
-                 recalibrate: bool = False):
+                 recalibrate: bool = False, grid: str | None = None):
         guards.check_seconds("min_run_time", min_run_time)
         guards.check_seconds("telemetry_time", telemetry_time)
         self.rounds = guards.check_count("rounds", rounds, guards.MAX_ROUNDS)
@@ -87,6 +87,7 @@ class Runner:
         self.quick_constants = quick_constants  # the performance model's constants on a coarse grid (seconds)
         self.fresh = fresh  # each round in a fresh process (round_in_process)
         self.recalibrate = recalibrate  # the performance model's constants measured again, not from the cache
+        self.grid = grid  # the grid the cases come from: the methods it times (grids.SPARSE_METHODS); None: all
         self.peaks: dict[str, float] = {}  # the run's GEMM peaks (calibrate), once it has started
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
@@ -99,6 +100,10 @@ class Runner:
         self.current: str | None = None  # the case being measured
         self.counts: dict[str, int] = {}  # records of each status this run wrote (so far, if interrupted)
         self.written: dict[str, dict] = {}  # each record this run wrote, its latest version, by file name
+
+    def methods(self, area: str, params: dict) -> list[str]:
+        """The methods of a case this run times: all of the area's, less those its grid leaves out."""
+        return [m for m in cases.METHODS[area] if self.grid is None or cases.method_on_grid(area, params, m, self.grid)]
 
     def path(self, key: str) -> str:
         return os.path.join(self.cases_dir, key + ".json")
@@ -134,7 +139,7 @@ class Runner:
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
         with all of this run's rounds (a resumed run skips the case)."""
-        return sum(self.rounds - self.recorded(area, m, params)[0] for m in cases.METHODS[area])
+        return sum(self.rounds - self.recorded(area, m, params)[0] for m in self.methods(area, params))
 
     def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
         """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
@@ -198,7 +203,7 @@ class Runner:
         round times ``min_run_time / rounds`` seconds), writing one record per method. A case with nothing
         left to measure in this round is not built."""
         pending = {}  # method -> its record after the earlier rounds (None: none yet)
-        for method in cases.METHODS[area]:
+        for method in self.methods(area, params):
             have, previous = self.recorded(area, method, params)
             if have < round_:
                 pending[method] = previous
@@ -242,7 +247,7 @@ class Runner:
         # progress in timed method-rounds, not cases: each costs at least min_run_time / rounds, so the time
         # left that tqdm estimates follows the work left
         steps = sum(left)
-        methods = sum(len(cases.METHODS[a]) for a, _ in remaining)
+        methods = sum(len(self.methods(a, p)) for a, p in remaining)
         if progress:  # the header counts what the bar counts
             rounds = (f" in {self.rounds} rounds, " + ("each in a fresh process" if self.fresh else "interleaved")
                       + f" ({steps} method-rounds)") if self.rounds > 1 else ""
@@ -268,7 +273,7 @@ class Runner:
             self._built.clear()
             if self.fresh and self.rounds > 1:  # the records the rounds' processes wrote
                 for area, params in remaining:
-                    for method in cases.METHODS[area]:
+                    for method in self.methods(area, params):
                         record = self.recorded(area, method, params)[1]
                         if record is not None:
                             final[case_key(area, method, params)] = record
@@ -297,7 +302,8 @@ class Runner:
     def settings(self) -> dict:
         """What a round's process needs to measure as this runner does."""
         return {"out": self.out, "min_run_time": self.min_run_time, "telemetry_time": self.telemetry_time,
-                "name": self.name, "rounds": self.rounds, "quick_constants": self.quick_constants, "fresh": True}
+                "name": self.name, "rounds": self.rounds, "quick_constants": self.quick_constants, "fresh": True,
+                "grid": self.grid}
 
     def round_in_process(self, remaining: list[tuple[str, dict]], round_: int, progress: bool) -> None:
         """Round ``round_`` of every case in ``remaining``, measured in a fresh process (spawned: a new
@@ -339,7 +345,7 @@ def _measure_round(settings: dict, remaining: list[tuple[str, dict]], round_: in
     runner = Runner(**settings)
     try:
         runner.peaks = runner.calibrate(sorted({p["threads"] for _, p in remaining if "threads" in p}))
-        left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in cases.METHODS[a])
+        left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in runner.methods(a, p))
         bar = tqdm(total=left, desc=f"round {round_} of {runner.rounds}", unit="method", disable=not progress,
                    file=sys.stderr, smoothing=0)
         with bar:

@@ -33,6 +33,11 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     peak = grouped.peak.first().unstack("machine").reindex(wide.index)
     if wide.empty:
         return a.without("common cases", f"The machines {machines} share no measured case; run the same grid on each.")
+    predicted = t[(t.metric == "predicted_time") & (t.status == "ok")].dropna(subset=["value"])
+    predicted = predicted.assign(device=predicted.device.fillna("cpu"))
+    predicted.loc[predicted.area != "threads", "threads"] = pd.NA
+    pred_wide = (predicted.groupby(key + ["machine"], dropna=False).value.median().unstack("machine")
+                 .reindex(wide.index) if not predicted.empty else pd.DataFrame(index=wide.index))
     rows = []
     for m in machines[1:]:
         raw = wide[base] / wide[m]  # > 1: m is faster
@@ -44,6 +49,15 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
                      "median_speedup_per_peak": float(per_peak.median())})
         a.numbers[f"median_speedup_{m}"] = float(raw.median())
         a.numbers[f"median_speedup_per_peak_{m}"] = float(per_peak.median())
+        if {base, m} <= set(pred_wide.columns):  # what each machine's own constants predict for the same cases
+            both = (pred_wide[base] / pred_wide[m]).dropna()
+            if not both.empty:
+                rows[-1]["median_predicted_speedup"] = float(both.median())
+                measured_log = np.log(raw.median())
+                # the share of the measured gap (in log) the constants predict; 1: they explain all of it
+                rows[-1]["explained"] = (float(np.log(both.median()) / measured_log) if abs(measured_log) > 0.05
+                                         else float("nan"))
+                a.numbers[f"median_predicted_speedup_{m}"] = float(both.median())
     a.tables["speedup"] = pd.DataFrame(rows)
     a.answer = " ".join(f"{r['machine']} runs the {r['cases']} common cases {r['median_speedup']:.2f}× as fast as "
                         f"{base} ({r['median_speedup_per_peak']:.2f}× per GEMM peak)." for r in rows)
@@ -55,8 +69,18 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     a.verdict = " ".join(f"{r['machine']} runs the {r['cases']} common cases {r['median_speedup']:.2f}× as fast as "
                          f"{base} (median; {r['min_speedup']:.2f}–{r['max_speedup']:.2f}×), "
                          f"{r['median_speedup_per_peak']:.2f}× after dividing by the ratio of the machines' GEMM "
-                         f"peaks." for r in rows)
+                         f"peaks." + _predicted(r) for r in rows)
     return a
+
+
+def _predicted(r: dict) -> str:
+    """The sentence on what the machines' measured constants predict for the same gap, if both have them."""
+    if "median_predicted_speedup" not in r:
+        return ""
+    share = r.get("explained")
+    return (" From each machine's measured constants the performance model predicts "
+            f"{r['median_predicted_speedup']:.2f}×"
+            + (f": the constants explain {share:.0%} of the gap (in log)." if share == share else "."))
 
 
 def _peaks_for(t: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
