@@ -199,5 +199,5 @@ def test_a_grid_may_leave_a_method_of_a_case_out_and_the_runner_times_only_the_r
     default = runner.Runner(str(tmp_path / "default"), grid="default")
     assert default.methods("models", params) == [m for m in cases.METHODS["models"] if m != "train_step"]
     assert "train_step" in default.methods("models", {**params, "seq_len": 64})
-    assert runner.Runner(str(tmp_path / "full"), grid="full").methods("models", params) == cases.METHODS["models"]
-    assert runner.Runner(str(tmp_path / "any")).methods("models", params) == cases.METHODS["models"]
+    assert runner.Runner(str(tmp_path / "full"), grid="full").methods("models", params) == list(cases.METHODS["models"])
+    assert runner.Runner(str(tmp_path / "any")).methods("models", params) == list(cases.METHODS["models"])
