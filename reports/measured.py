@@ -340,7 +340,8 @@ def _reproducibility(record: dict, name: str, only: list[str] | None, link: str)
              "|---|" + "---|" * len(runs) + "---|"]
     for f in record["figures"]:
         if f["interval"] or f["outside"]:
-            cells = [f"{f[f'run {i}']:.3g}" + (f" ({f[f'run {i} interval']})" if f.get(f"run {i} interval") else "")
+            cells = [f"{f[f'run {i}']:.3g}" + (f" ({f[f'run {i} interval']})"
+                                                 if isinstance(f.get(f"run {i} interval"), str) else "")
                      for i in range(1, len(runs) + 1)]
             lines.append(f"| {f['figure']} | " + " | ".join(cells) + f" | {f['outside']} of {f['pairs']} |")
     return lines
