@@ -53,6 +53,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     assert main(["compare", run, copy, "--report", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert f"box [{copy}]" in out and f"box [{run}]" in out
+    assert f"{copy} (box) against {run} (box), figure by figure: 0 of " in out  # a copy differs in nothing
 
 
 def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):
