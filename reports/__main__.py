@@ -175,7 +175,8 @@ def _print_differences(folders: list[str]) -> None:
               f"figure: {int((d.verdict == 'differs').sum())} of {len(d)} differ, the rest are the same within the "
               f"noise (each run's interval, or ±{reproduce.TOLERANCE:.0%} where it states none):")
         with pd.option_context("display.max_rows", None, "display.width", 250, "display.max_colwidth", 60):
-            print(d.sort_values("verdict").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(displayable(d.sort_values("verdict")).to_string(index=False, na_rep=MISSING,
+                                                                  float_format=lambda v: f"{v:.4g}"))
 
 
 def compare(args) -> int:

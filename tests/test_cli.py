@@ -106,8 +106,14 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
         elif record.get("kind") == "gate-sensitivity":  # every trial of every method counted within its cases
             trials = [t for by_head in record["results"].values() for ts in by_head.values() for t in ts]
             assert trials and all(0 <= t["slower"] <= t["cases"] for t in trials)
+        elif record.get("kind") == "reproducibility":  # each figure checked against every other run
+            runs = len(record["runs"])
+            assert runs >= 2 and all(0 <= f["outside"] <= f["pairs"] == runs * (runs - 1) for f in record["figures"])
+        elif record.get("kind") == "regime":  # each setting's cases, each ratio inside its interval
+            assert all(c["low"] <= c["ratio"] <= c["high"] for r in record["results"] for c in r["cases"])
     expected = {"report", "gate-sensitivity"} if page == measured.README else {
-        "report", "regression-check", "compare-with-torch", "gate-sensitivity", "pairs", "prediction"}
+        "report", "regression-check", "compare-with-torch", "gate-sensitivity", "pairs", "prediction",
+        "reproducibility", "regime"}
     assert kinds == expected, kinds
 
 
