@@ -30,7 +30,7 @@ CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s"
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
-MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
+MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes", "runtime"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
             "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "processes", "modes",
@@ -54,8 +54,13 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def facts(meta: dict | None) -> dict:
+    """The machine's facts a row carries; ``runtime``: the runtime settings the run measured in
+    (``records.regime``: "default", or the variables set), None where the results do not say."""
     meta = meta or {}
-    return {k: meta.get(k) for k in MACHINE_FACTS}
+    out = {k: meta.get(k) for k in MACHINE_FACTS}
+    env = (meta.get("regime") or {}).get("env")
+    out["runtime"] = None if env is None else ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "default"
+    return out
 
 
 def _is_csv_with(columns: list[str]):

@@ -340,7 +340,8 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
     out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
                                           commit=("commit", "first"), commit_error=("commit_error", "first"),
                                           env=("env", "first"), first=("date", "min"), last=("finished", "max"),
-                                          rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"))
+                                          rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"),
+                                          runtime=("runtime", "first"))
     out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}"
                      for c, e in zip(out.commit, out.commit_error)]
     ok = timed[timed.status == "ok"]

@@ -396,3 +396,16 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
     clear = verdict((0.5, 0.55, 0.6))  # 0.55× as fast, 0.48×-0.63×: the RNN wins at paper-base
     assert "The winner changes with model size on cpu at n = 64: the Transformer wins at tiny (4.00×), the RNN at " \
            "paper-base (Transformer 0.55× as fast)." in clear and "no winner" not in clear
+
+
+def test_the_runtime_settings_a_run_measured_in_are_in_every_verdicts_conditions():
+    from reports import columns
+    from reports.analyses.base import conditions
+
+    assert columns.facts({"regime": {"threads": 2, "env": {}}})["runtime"] == "default"
+    set_ = columns.facts({"regime": {"threads": 2, "env": {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_ARENA_MAX": "2"}}})
+    assert set_["runtime"] == "MALLOC_ARENA_MAX=2, OMP_WAIT_POLICY=PASSIVE"
+    assert columns.facts({})["runtime"] is None  # results that do not say (older runs, asv without the sidecar)
+    said = table(rows("models", "time", {(("seq_len", 16),): 1.0}, device="cpu", threads=2, runtime="default"))
+    assert conditions(said).endswith(", runtime default")
+    assert "runtime" not in conditions(table(rows("models", "time", {(("seq_len", 16),): 1.0}, device="cpu")))

@@ -184,6 +184,9 @@ def conditions(rows: pd.DataFrame, *, n: bool = True, dtype: str | None = None) 
     parts.append("/".join(sorted(map(str, dtypes))) if len(dtypes) else (dtype or "float32"))
     if n and "seq_len" in rows and rows.seq_len.notna().any():
         parts.append(f"n = {int(rows.seq_len.min())}..{int(rows.seq_len.max())}")
+    runtime = rows.runtime.dropna().unique() if "runtime" in rows else []
+    if len(runtime):  # the runtime settings the times were measured in (records.regime)
+        parts.append("runtime " + " / ".join(sorted(map(str, runtime))))
     return ", ".join(parts)
 
 
