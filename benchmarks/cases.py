@@ -269,9 +269,13 @@ def layer_flop_crossover(d_model: int, largest: int = 2**20) -> int | None:
     def reached(n: int) -> bool:
         return (layer_flops("self-attention", n, d_model).forward.matmul_total
                 >= layer_flops("recurrent", n, d_model).forward.matmul_total)
-    if not reached(largest):
+    high = 1  # doubling first: the crossover lies near d, far below ``largest``, so few evaluations find it
+    while high < largest and not reached(high):
+        high *= 2
+    if high >= largest and not reached(largest):
         return None
-    low, high = 0, largest  # not reached at low (or low == 0), reached at high
+    high = min(high, largest)
+    low = high // 2  # not reached at low (or low == 0), reached at high
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if reached(mid) else (mid, high)
