@@ -246,12 +246,12 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
     if rec["status"] != "ok":
         metric = "sequential_depth" if rec["method"] == "graph" else "time"
         return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]
+    spans = _over_processes(rec)
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
-         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **_over_processes(rec)}]
+         "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **spans}]
     if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
-    spans = _over_processes(rec)
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
             row = {**common, "metric": metric, "unit": unit, "value": _derived(rec, metric, peak)}
@@ -269,7 +269,7 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
 
 
 #: metrics that are a count over the time (their interval over processes is the time's, inverted)
-PER_TIME = ("achieved_flops_per_s", "tokens_per_s", "fraction_of_peak")
+PER_TIME = (*(rate for rate, _ in records.RATES), "fraction_of_peak")
 
 
 def _over_processes(rec: dict) -> dict:

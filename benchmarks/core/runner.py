@@ -85,7 +85,7 @@ class Runner:
         self.rounds = guards.check_count("rounds", rounds, guards.MAX_ROUNDS)
         self.out, self.min_run_time, self.telemetry_time = out, min_run_time, telemetry_time
         self.quick_constants = quick_constants  # the performance model's constants on a coarse grid (seconds)
-        self.fresh = fresh  # each round in a fresh process (round_in_process)
+        self.fresh = fresh  # each round in a fresh process (round_in_process), when there are several
         self.recalibrate = recalibrate  # the performance model's constants measured again, not from the cache
         self.grid = grid  # the grid the cases come from: the methods it times (grids.SPARSE_METHODS); None: all
         self.peaks: dict[str, float] = {}  # the run's GEMM peaks (calibrate), once it has started
@@ -100,6 +100,11 @@ class Runner:
         self.current: str | None = None  # the case being measured
         self.counts: dict[str, int] = {}  # records of each status this run wrote (so far, if interrupted)
         self.written: dict[str, dict] = {}  # each record this run wrote, its latest version, by file name
+
+    @property
+    def in_processes(self) -> bool:
+        """Whether this run's rounds are each measured in a fresh process."""
+        return self.fresh and self.rounds > 1
 
     def methods(self, area: str, params: dict) -> list[str]:
         """The methods of a case this run times: all of the area's, less those its grid leaves out."""
@@ -258,11 +263,11 @@ class Runner:
         # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
         # and second-long methods, so a moving rate swings the time left several-fold)
         bar = tqdm(total=steps, desc="measuring", unit="method" if self.rounds == 1 else "method-round",
-                   disable=not progress or (self.fresh and self.rounds > 1), file=sys.stderr, smoothing=0)
+                   disable=not progress or self.in_processes, file=sys.stderr, smoothing=0)
         self.written = final = {}  # every record written from here on, however the run ends
         self.counts = counts  # what an interrupted run has done so far (filled in below, however it ends)
         try:
-            if self.fresh and self.rounds > 1:
+            if self.in_processes:
                 bar.close()  # each round's process shows its own
                 for round_ in range(1, self.rounds + 1):
                     self.round_in_process(remaining, round_, progress)
@@ -271,7 +276,7 @@ class Runner:
                     self._rounds(remaining, range(1, self.rounds + 1), bar)
         finally:
             self._built.clear()
-            if self.fresh and self.rounds > 1:  # the records the rounds' processes wrote
+            if self.in_processes:  # the records the rounds' processes wrote
                 for area, params in remaining:
                     for method in self.methods(area, params):
                         record = self.recorded(area, method, params)[1]
@@ -311,7 +316,7 @@ class Runner:
         stops both (the process's records so far are whole); a process that dies is said on stderr, and its
         cases keep the rounds they have (a resumed run measures the rest)."""
         process = multiprocessing.get_context("spawn").Process(
-            target=_measure_round, args=(self.settings(), remaining, round_, progress), daemon=True)
+            target=_measure_round, args=(self.settings(), self.peaks, remaining, round_, progress), daemon=True)
         process.start()
         try:
             process.join()
@@ -320,9 +325,9 @@ class Runner:
             if process.is_alive():
                 process.terminate()
             raise
-        if process.exitcode == INTERRUPTED:
+        if process.exitcode == EXIT_INTERRUPTED:
             raise KeyboardInterrupt
-        if process.exitcode == DISK_FULL:
+        if process.exitcode == EXIT_DISK_FULL:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         if process.exitcode != 0:
             print(f"warning: the process of round {round_} of {self.rounds} ended with exit code {process.exitcode}; "
@@ -336,25 +341,26 @@ class Runner:
 
 
 #: the exit codes of a round's process stopped by Ctrl-C, and by a full disk
-INTERRUPTED, DISK_FULL = 130, 28
+EXIT_INTERRUPTED, EXIT_DISK_FULL = 130, 28
 
 
-def _measure_round(settings: dict, remaining: list[tuple[str, dict]], round_: int, progress: bool) -> None:
+def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tuple[str, dict]], round_: int,
+                   progress: bool) -> None:
     """A round's process (``Runner.round_in_process``): round ``round_`` of ``remaining``, with the peaks the
-    run calibrated (machine.json), each record written as its case ends."""
+    run calibrated, each record written as its case ends."""
     runner = Runner(**settings)
+    runner.peaks = peaks
     try:
-        runner.peaks = runner.calibrate(sorted({p["threads"] for _, p in remaining if "threads" in p}))
         left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in runner.methods(a, p))
         bar = tqdm(total=left, desc=f"round {round_} of {runner.rounds}", unit="method", disable=not progress,
                    file=sys.stderr, smoothing=0)
         with bar:
             runner._rounds(remaining, [round_], bar, last=round_)
     except KeyboardInterrupt:
-        sys.exit(INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            sys.exit(DISK_FULL)
+            sys.exit(EXIT_DISK_FULL)
         raise
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 from benchmarks import cases
 
 from .base import Analysis, ok_rows, time_curves
+from .spread import ratio_interval
 
 
 def analyse_threads(t: pd.DataFrame) -> Analysis:
@@ -30,8 +31,9 @@ def analyse_threads(t: pd.DataFrame) -> Analysis:
         a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
         a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
         if interval:  # between the processes: 1 thread's slowest over p's fastest, and back
-            low, high = interval["low"], interval["high"]
-            span = (low.loc[times.index.min(), w] / high.loc[p, w], high.loc[times.index.min(), w] / low.loc[p, w])
+            low, high = interval["low"], interval["high"]  # speed-up = time on 1 thread / time on p
+            span = ratio_interval((low.loc[p, w], high.loc[p, w]), (low.loc[times.index.min(), w],
+                                                                    high.loc[times.index.min(), w]))
             if span[0] == span[0]:
                 a.intervals[f"speedup_{w}_p{p}"] = span
     best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()

@@ -12,6 +12,7 @@ from benchmarks import cases
 
 from .base import Analysis, conditions, devices, gpu_missing, heads_axis, not_measured, ok_rows, time_curves
 from .profiling import heads_explained
+from .spread import ratio_interval
 
 #: a correlation at least this strong counts as "time tracks the work" in a verdict
 TRACKS = 0.8
@@ -58,8 +59,8 @@ def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Anal
     ranges = {}  # each ratio's interval over processes: its lowest h_hi time over the highest h_lo time, and back
     if interval:
         low, high = interval["low"], interval["high"]
-        ranges = {s: (low.loc[h_hi, s] / high.loc[h_lo, s], high.loc[h_hi, s] / low.loc[h_lo, s]) for s in spreads
-                  if not pd.isna(low.loc[h_hi, s] / high.loc[h_lo, s])}
+        ranges = {s: span for s in spreads if not pd.isna((span := ratio_interval(
+            (low.loc[h_lo, s], high.loc[h_lo, s]), (low.loc[h_hi, s], high.loc[h_hi, s])))[0])}
         a.tables["time_ratios"] = pd.DataFrame([{"strategy": s, "ratio": spreads[s], "low": lo, "high": hi}
                                                 for s, (lo, hi) in ranges.items()])
         a.intervals.update({f"time_ratio_h{h_hi}_over_h{h_lo}_{s}": span for s, span in ranges.items()})

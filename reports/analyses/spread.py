@@ -9,6 +9,12 @@ from benchmarks.core.measure import MIN_SAMPLES
 from .base import fmt_ratio
 
 
+def ratio_interval(first: tuple[float, float], second: tuple[float, float]) -> tuple[float, float]:
+    """The interval of time(second) / time(first) from each time's (low, high): the second's lowest over the
+    first's highest, and its highest over the first's lowest."""
+    return second[0] / first[1], second[1] / first[0]
+
+
 def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
     """How sure the speed-up time(second) / time(first) is, from the two models' time rows (column ``model``):
     ``samples``, the fewest values either time is over (absent when the results do not say), and when that
@@ -25,8 +31,8 @@ def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
         return out
     processes = pd.concat([a.processes, b.processes]) if "processes" in rows else pd.Series(dtype=float)
     if len(processes) == len(a) + len(b) and processes.notna().all() and processes.min() >= MIN_SAMPLES:
-        return {**out, "speedup_low": b.low.median() / a.high.median(),
-                "speedup_high": b.high.median() / a.low.median(), "spread_over": "processes",
+        low, high = ratio_interval((a.low.median(), a.high.median()), (b.low.median(), b.high.median()))
+        return {**out, "speedup_low": low, "speedup_high": high, "spread_over": "processes",
                 "processes": int(processes.min())}
     rounds = pd.concat([a.rounds, b.rounds]).dropna()
     out.update(speedup_low=b.q25.median() / a.q75.median(), speedup_high=b.q75.median() / a.q25.median(),
