@@ -130,6 +130,24 @@ def test_roofline_fraction_of_the_measured_peak():
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
 
 
+def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
+    # math at n = 128 ran at two levels (a process whose allocator kept its buffers, two that gave them back);
+    # n = 256 is steady. The median makes n = 256 the best, but the interval must reach n = 128's fast process
+    achieved = rows("attention", "achieved_flops_per_s", {(("backend", "math"), ("seq_len", 128)): 30e9,
+                                                          (("backend", "math"), ("seq_len", 256)): 32e9},
+                    device="cpu", threads=2)
+    achieved[0].update(low=29e9, high=52e9, modes="8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 "
+                       "processes, 8160 page faults per call")
+    achieved[1].update(low=31e9, high=33e9)
+    peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
+                dtype="float32")
+    a = c2_roofline.analyse_roofline(table(achieved, peak))
+    assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.32)
+    assert a.intervals["best_fraction_cpu_math"] == (pytest.approx(0.31), pytest.approx(0.52))
+    assert "math 32% (31-52%)" in a.answer
+    assert "(two modes at n = 128: 8.9 ms in 1 process, 51 page faults per call;" in a.verdict
+
+
 def heads_table(flat=True):
     hs = [1, 2, 4, 8, 16, 32, 64]
     mm = {(("heads", h), ("strategy", "batched"), ("out_proj", wo)): (5e9 if flat else 5e9 * h) * (1 if wo else 0.8)

@@ -7,6 +7,7 @@ import os
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+import torch
 
 from benchmarks import cases
 from benchmarks.core import measure, runner
@@ -19,11 +20,11 @@ PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "ba
         ("threads", {"workload": "attention", "threads": 1})]
 
 
-def _round(median, spread=0.01, pid=1):
+def _round(median, spread=0.01, pid=1, faults=None):
     """A round as measure.timed_round writes it: its median and quartiles (``spread``: IQR over median)."""
     return {"started_at": "2026-01-01T00:00:00+00:00", "pid": pid, "median_s": median,
             "q25_s": median * (1 - spread / 2), "q75_s": median * (1 + spread / 2), "blocks": 5,
-            "calls_per_block": 10, "control_flops_per_s": None, "others_cpu_share": None}
+            "calls_per_block": 10, "control_flops_per_s": None, "others_cpu_share": None, "faults_per_call": faults}
 
 
 def test_processes_that_disagree_beyond_their_own_spread_are_two_modes():
@@ -32,6 +33,27 @@ def test_processes_that_disagree_beyond_their_own_spread_are_two_modes():
     assert measure.modes_of([_round(0.010, pid=1), _round(0.0105, pid=2), _round(0.011, pid=3)]) is None
     # a 30% gap between processes each as noisy as 20% is not beyond their own spread
     assert measure.modes_of([_round(0.010, 0.2, 1), _round(0.013, 0.2, 2), _round(0.0131, 0.2, 3)]) is None
+
+
+def test_processes_split_by_page_faults_are_two_modes_though_their_blocks_are_spread():
+    # math attention at n = 128: one process's allocator keeps its score buffers, the others' give them back
+    rounds = [_round(0.016, 0.02, 1, 8160), _round(0.0089, 0.33, 2, 51), _round(0.0162, 0.02, 3, 8160)]
+    assert measure.modes_of(rounds) == [{"time_s": 0.0089, "processes": 1, "faults_per_call": 51},
+                                        {"time_s": pytest.approx(0.0161), "processes": 2, "faults_per_call": 8160}]
+    # the same times and spreads without a split in faults: within the fast process's own spread
+    assert measure.modes_of([{**r, "faults_per_call": 60} for r in rounds]) is None
+    assert measure.modes_of([{**r, "faults_per_call": None} for r in rounds]) is None
+
+
+def test_a_timed_round_counts_the_page_faults_of_its_calls():
+    keep = torch.empty(0)
+    def fresh_pages():  # noqa: E306  a 64 MiB buffer each call: above glibc's largest mmap threshold
+        torch.ones(16 * 2**20)
+    def nothing_new():  # noqa: E306
+        keep.add_(1)
+    faulting = measure.timed_round(fresh_pages, "cpu", 0.05)["faults_per_call"]
+    assert faulting > 16 * 2**20 * 4 / 4096 * 0.9  # every page of the buffer, each call
+    assert measure.timed_round(nothing_new, "cpu", 0.05)["faults_per_call"] < 64
 
 
 def test_a_record_over_processes_carries_their_range_and_count():
@@ -82,6 +104,9 @@ def test_a_case_with_two_modes_is_listed_with_both_levels(tmp_path):
     rows = tidy._runner_rows(record, {"machine": "vm", "run": "r", "commit": "abc"})
     time_row = next(r for r in rows if r["metric"] == "time")
     assert time_row["modes"] == "14.1 ms in 2 processes; 28 ms in 1 process"
+    split = measure.modes_of([_round(0.0089, 0.3, 2, 51), _round(0.016, 0.02, 1, 8160)])
+    assert tidy._over_processes({"processes": 2, "time_low_s": 0.0089, "time_high_s": 0.016, "modes": split})[
+        "modes"] == "8.9 ms in 1 process, 51 page faults per call; 16 ms in 1 process, 8160 page faults per call"
     table = tidy.frame(rows)
     listed = noise.two_mode_cases(table)
     assert len(listed) == 1 and listed["lowest process s"][0] == 0.014 and listed["highest process s"][0] == 0.028

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import resource
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -37,6 +38,13 @@ MIN_SAMPLES = 3
 #: larger of their own spreads (IQR over median of their blocks), are two modes: what a process happens to
 #: get (its pages, its place on the cores) sets its speed, and the case runs at one of two speeds per process
 MODE_GAP, MODE_SPREADS = 0.10, 3.0
+#: two processes whose minor page faults per call differ by more than FAULT_PAGES and by a factor
+#: FAULT_FACTOR run the case in two memory states: in one the C library's allocator gives a large buffer
+#: back to the OS after each call and the next call faults fresh pages in (4 KiB each), in the other it
+#: keeps the memory; which one a process gets is its draw (math attention at n = 128 on a CPU: 8,160
+#: faults per call against about 50, twice the time). Processes split so are two modes even when their own
+#: blocks are too spread for MODE_SPREADS to tell.
+FAULT_PAGES, FAULT_FACTOR = 256, 4.0
 
 
 @dataclass
@@ -91,18 +99,22 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
 def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict:
     """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
     before and just after it (their geometric mean), the share of the cores other processes used while it
-    was timed (``machine.others_cpu_share``; CPU cases), and when it started."""
+    was timed (``machine.others_cpu_share``; CPU cases), the process's minor page faults per timed call
+    (``faults_per_call``: the warm-up's included, over the timed calls) and when it started."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
     counters = cpu_counters() if control else None
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     timing = blocked_timing(fn, min_run_time)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     others = others_cpu_share(counters, cpu_counters()) if control else None
     after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
-            "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others}
+            "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others,
+            "faults_per_call": faults / (timing.blocks * timing.calls_per_block)}
 
 
 def combined(rounds: list[dict]) -> dict:
@@ -142,19 +154,32 @@ def combined(rounds: list[dict]) -> dict:
 
 def modes_of(rounds: list[dict]) -> list[dict] | None:
     """Two levels of a case timed in several processes, or None: the round medians sorted, split at their
-    widest gap; two modes when that gap passes MODE_GAP and MODE_SPREADS times the larger spread (IQR over
-    median of its blocks) of the two rounds beside it. Each mode: its median time and how many processes
-    (rounds) ran at it."""
+    widest gap; two modes when that gap passes MODE_GAP and either MODE_SPREADS times the larger spread
+    (IQR over median of its blocks) of the two rounds beside it, or the page faults per call of the two
+    sides differ as FAULT_PAGES and FAULT_FACTOR say. Each mode: its median time, how many processes
+    (rounds) ran at it and, where the rounds counted them, their median page faults per call."""
     ordered = sorted(rounds, key=lambda r: r["median_s"])
     gaps = [ordered[i + 1]["median_s"] / ordered[i]["median_s"] - 1 for i in range(len(ordered) - 1)]
     if not gaps:
         return None
     at = int(np.argmax(gaps))
-    own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in ordered[at : at + 2])
-    if gaps[at] <= max(MODE_GAP, MODE_SPREADS * own):
-        return None
     parts = (ordered[: at + 1], ordered[at + 1 :])
-    return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part)} for part in parts]
+    own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in ordered[at : at + 2])
+    faults = [_median_faults(part) for part in parts]
+    if gaps[at] <= MODE_GAP or (gaps[at] <= MODE_SPREADS * own and not _fault_split(*faults)):
+        return None
+    return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
+             **({"faults_per_call": f} if f is not None else {})} for part, f in zip(parts, faults, strict=True)]
+
+
+def _median_faults(rounds: list[dict]) -> float | None:
+    counted = [r["faults_per_call"] for r in rounds if r.get("faults_per_call") is not None]
+    return float(statistics.median(counted)) if counted else None
+
+
+def _fault_split(fast: float | None, slow: float | None) -> bool:
+    """Whether the slower side faults in pages each call that the faster side does not."""
+    return fast is not None and slow is not None and slow - fast > FAULT_PAGES and slow > FAULT_FACTOR * fast
 
 
 def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,

@@ -33,12 +33,11 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
         for backend in curves:
             best = curves[backend].max()
             a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
-            if interval:  # the best case's rate between its slowest and its fastest process
-                at = curves[backend].idxmax()
-                a.intervals[f"best_fraction_{device}_{backend}"] = (interval["low"].loc[at, backend] / peak,
-                                                                    interval["high"].loc[at, backend] / peak)
+            if interval:  # the best over n of each n's slowest and of its fastest process: any n may be the best
+                a.intervals[f"best_fraction_{device}_{backend}"] = (interval["low"][backend].max() / peak,
+                                                                    interval["high"][backend].max() / peak)
             parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
-                         f"{curves[backend].idxmax()}")
+                         f"{curves[backend].idxmax()}" + _two_modes(d[d.backend == backend]))
         sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
                          f"{conditions(d)}{held} (GEMM peak {peak / 1e9:.1f} GFLOP/s): " + "; ".join(parts) + ".")
     a.verdict = " ".join(sentences + _roofline(t, a))
@@ -52,6 +51,14 @@ def analyse_roofline(t: pd.DataFrame) -> Analysis:
                     f"{conditions(rows, n=False)}")
     return a
 
+
+
+def _two_modes(rows: pd.DataFrame) -> str:
+    """' (two modes at n = 128: ...)' for the cases of one backend whose processes ran at two levels."""
+    if "modes" not in rows:
+        return ""
+    split = rows.dropna(subset=["modes"])
+    return "".join(f" (two modes at n = {int(r.seq_len)}: {r.modes})" for r in split.itertuples())
 
 
 def _span(a: Analysis, key: str) -> str:
