@@ -116,7 +116,7 @@ def fractions(text: str) -> list[float]:
     return values
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slowdowns", type=fractions, default="0.05,0.1,0.2",
                         help="comma-separated fractions, each above 0 and below 10")
@@ -128,7 +128,7 @@ def main() -> int:
     parser.add_argument("--record", default=os.path.join("results", "gate", "sensitivity.json"),
                         help="save the table as a JSON record here (default results/gate/sensitivity.json, which the "
                         "report shows; docs/measured/<name>.json for the docs)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     slowdowns = args.slowdowns
     if args.record:
         try:

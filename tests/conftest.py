@@ -1,7 +1,9 @@
 """Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, a
 short busy check and the performance model's constants measured quickly, once."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,6 +14,8 @@ import torch
 os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-cache-")
 
 from benchmarks.core import constants, machine, measure, runner
+
+atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]

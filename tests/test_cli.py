@@ -24,8 +24,10 @@ def quick_calibration(monkeypatch):
 @pytest.mark.slow
 def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration):
     run, report = str(tmp_path / "run"), str(tmp_path / "report")
+    # the main job as the README runs it (three processes per case, profiles, the paired ratios), its pairs
+    # given 6 s instead of 45 (a pair's record and its row in the page need no more)
     assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
-                 "--min-run-time", "0.01", "--no-progress"]) == 0
+                 "--min-run-time", "0.01", "--pairs-budget", "6", "--no-progress"]) == 0
     assert len(os.listdir(os.path.join(run, "profiles"))) == len(cases.profile_set("quick"))  # profiled too
     index = capsys.readouterr().out.strip().splitlines()[-1]
     assert index == os.path.abspath(os.path.join(report, "index.html")) and os.path.exists(index)

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks import gate as gate_cli
 from benchmarks.core import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,8 +129,15 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
     assert "4 slower than 5%" in done.stderr and "slower" in done.stdout
 
 
-def test_bad_input_is_a_clear_error_exit_2(tmp_path):
+def test_bad_input_is_a_clear_error_exit_2(tmp_path, monkeypatch, capsys):
     repo, base = clone(tmp_path)
+    monkeypatch.setattr(gate_cli, "ROOT", repo)  # its input checks, in this process (a worker is never started)
+    monkeypatch.chdir(repo)
+
+    def gate(repo, *args):
+        code = gate_cli.main([*args, "--no-progress"])
+        return subprocess.CompletedProcess(args, code, "", capsys.readouterr().err)
+
     for args, says in ((["nosuchcommit"], "unknown commit 'nosuchcommit'"),
                        ([base, base], "have the same models (transformer/): nothing to compare"),
                        ([base], "have the same models"),
@@ -156,6 +164,7 @@ def test_bad_input_is_a_clear_error_exit_2(tmp_path):
     assert done.returncode == 2 and "case definitions (benchmarks/), which have uncommitted changes" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_named_exit_2(tmp_path):
     repo, _ = clone(tmp_path, "\nimport os as _os\n_os._exit(3)\n")  # models that end the process on import
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "revert", "--no-edit", "HEAD"],
@@ -255,6 +264,7 @@ def test_the_gate_pauses_before_each_block_of_the_other_worker_only(monkeypatch)
     assert sleeps == []
 
 
+@pytest.mark.slow
 def test_a_worker_that_stops_answering_is_named_within_its_timeout():
     proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     w = paired.Worker("base", "models", "suite", proc=proc)

@@ -36,6 +36,19 @@ def test_gemm_rate_is_flops_over_time():
     assert machine.peak_key("cpu", "float32", None) == f"cpu/float32/{torch.get_num_threads()}"  # one peak per count
 
 
+def test_the_control_times_one_block_of_the_calls_its_seconds_hold(monkeypatch):
+    """The control beside every CPU timing: one block sized from one call, its rate the blocked timing's."""
+    plain = machine.gemm_flops_per_s(256, min_run_time=0.05)
+    within = [machine.gemm_flops_per_s_within(256, 0.01) for _ in range(3)]
+    assert 0.5 < sorted(within)[1] / plain < 2  # a busy moment may slow either, not by half
+    timed = []
+    real = machine.tbench.Timer.timeit
+    monkeypatch.setattr(machine.tbench.Timer, "timeit", lambda self, number: timed.append(number) or real(self, number))
+    machine.gemm_flops_per_s_within(256, 0.01)
+    one_call = 2 * 256**3 / plain
+    assert timed[0] == 1 and len(timed) == 2 and timed[1] <= max(1, round(0.01 / one_call * 4))
+
+
 def test_asv_metadata_path_only_inside_asv(monkeypatch):
     monkeypatch.delenv("ASV_CONF_DIR", raising=False)
     assert machine.asv_metadata_path() is None

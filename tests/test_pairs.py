@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from run_helpers import in_process
 
 from benchmarks import cases, pairs
 from benchmarks.core import paired
@@ -82,18 +83,17 @@ def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path
     assert block.count("| Transformer speed-up") == len(saved["pairs"])
 
 
-def test_bad_input_is_a_clear_error(tmp_path):
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "benchmarks.pairs", *args, "--record",
-                               str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+        return in_process(capsys, *args, "--record", str(tmp_path / "r.json"), module="benchmarks.pairs")
 
-    done = run("--only", "c9")
-    assert done.returncode == 2 and "invalid choice: 'c9'" in done.stderr
-    done = run("--budget", "0")
-    assert done.returncode == 2 and "finite number of seconds > 0" in done.stderr
+    code, err = run("--only", "c9")
+    assert code == 2 and "invalid choice: 'c9'" in err
+    code, err = run("--budget", "0")
+    assert code == 2 and "finite number of seconds > 0" in err
     if not torch.cuda.is_available():
-        done = run("--device", "cuda")
-        assert done.returncode == 2 and "cuda" in done.stderr and not (tmp_path / "r.json").exists()
+        code, err = run("--device", "cuda")
+        assert code == 2 and "cuda" in err and not (tmp_path / "r.json").exists()
 
 
 def record(pairs_rows: list[dict]) -> dict:
@@ -158,14 +158,20 @@ def test_ctrl_c_keeps_the_ratios_measured_so_far_in_the_record_exit_130(tmp_path
     assert "interrupted; the ratios measured so far are saved" in said.err and "c1:" in said.out
 
 
-def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path):
-    script = [sys.executable, "scripts/gate_sensitivity.py"]
-    done = subprocess.run(script + ["--trials", "0"], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "--trials: must be a whole number >= 1, got '0'" in done.stderr
+def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path, capsys):
+    from scripts import gate_sensitivity
+
+    def run(*args):
+        with pytest.raises(SystemExit) as done:
+            gate_sensitivity.main(list(args))
+        return done.value.code, capsys.readouterr().err
+
+    code, err = run("--trials", "0")
+    assert code == 2 and "--trials: must be a whole number >= 1, got '0'" in err
     other = tmp_path / "machine.json"
     other.write_text(json.dumps({"machine": {}, "gemm_peaks": {}}))
-    done = subprocess.run(script + ["--record", str(other)], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "not a record of kind 'gate-sensitivity'" in done.stderr
+    code, err = run("--record", str(other))
+    assert code == 2 and "not a record of kind 'gate-sensitivity'" in err
     assert json.loads(other.read_text()) == {"machine": {}, "gemm_peaks": {}}
 
 

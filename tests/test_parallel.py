@@ -314,7 +314,8 @@ def test_a_rank_killed_mid_run_stops_the_others_with_a_clear_error_and_a_rerun_c
     assert len(list((out / "cases").iterdir())) == 4
 
 
-def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_records_are_whole(tmp_path, capsys):
+def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_records_are_whole(tmp_path, capsys,
+                                                                                            fake_peaks):
     import signal
 
     from benchmarks.core.ranks import RankGuard

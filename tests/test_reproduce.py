@@ -44,7 +44,7 @@ def test_runs_of_two_machines_or_a_single_run_are_refused_with_the_reason():
         reproduce.table([_run("a", x=(1.0, None, None))])
 
 
-def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, capsys):
+def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, capsys, fake_peaks):
     first = measure(tmp_path / "one")
     second = str(tmp_path / "two")
     shutil.copytree(first, second)

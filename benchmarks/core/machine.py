@@ -86,13 +86,27 @@ def metadata() -> dict:
 
 def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
     """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
+    timer = _gemm_timer(size, device, dtype)
+    return 2 * size**3 / timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def gemm_flops_per_s_within(size: int, seconds: float) -> float:
+    """FLOP/s of a CPU (size x size) matmul over one block of calls lasting about ``seconds``: a control that
+    costs what it says (blocked_autorange sizes its blocks to at least 10 ms, so a 256^3 control asked for
+    2 ms ran 40)."""
+    timer = _gemm_timer(size, "cpu", "float32")
+    one = timer.timeit(1).median
+    calls = max(1, round(seconds / one))
+    return 2 * size**3 / timer.timeit(calls).median
+
+
+def _gemm_timer(size: int, device: str, dtype: str) -> tbench.Timer:
+    """A Timer of one (size x size) @ (size x size) matmul on its own random operands, run once (warm)."""
     dev = torch.device(device)
     a, b = (torch.randn(size, size, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))
     stmt = (lambda: torch.mm(a, b)) if dev.type == "cpu" else (lambda: (torch.mm(a, b), torch.cuda.synchronize(dev)))
     stmt()
-    m = tbench.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads()).blocked_autorange(
-        min_run_time=min_run_time)
-    return 2 * size**3 / m.median
+    return tbench.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
 
 
 @functools.cache

@@ -24,7 +24,7 @@ import torch.utils.benchmark as tbench
 
 from ..cases import Prepared, Skip, using_threads
 from . import constants, opgraph, telemetry
-from .machine import cpu_counters, gemm_flops_per_s, others_cpu_share
+from .machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's
@@ -103,13 +103,13 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
     (``faults_per_call``: the warm-up's included, over the timed calls) and when it started."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
-    before = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
+    before = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     counters = cpu_counters() if control else None
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     timing = blocked_timing(fn, min_run_time)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     others = others_cpu_share(counters, cpu_counters()) if control else None
-    after = gemm_flops_per_s(CONTROL_SIZE, min_run_time=CONTROL_TIME) if control else None
+    after = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
