@@ -13,7 +13,9 @@ import torch
 # it): never the user's cache, and measured once for all the runs the tests make
 os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-cache-")
 
-from benchmarks.core import constants, machine, measure, runner
+from run_helpers import quick_measuring  # noqa: E402  (after the cache is set)
+
+from benchmarks.core import machine
 
 atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 
@@ -28,26 +30,10 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
-def _short_busy_check_and_controls(monkeypatch):
-    """Every run watches the cores for half a second before it starts (runner.machine_busy), and every CPU
-    method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME); the tests make
-    dozens of short runs in one process, so there they take 50 ms and 2 ms (the checks themselves are
-    tested as they are)."""
-    monkeypatch.setattr(runner, "BUSY_SAMPLE_S", 0.05)
-    monkeypatch.setattr(measure, "CONTROL_TIME", 0.002)
-    monkeypatch.setattr(constants, "measure", _quick_constants)
-
-
-_MEASURE, _QUICK = constants.measure, {}
-
-
-def _quick_constants(device="cpu", dtype="float32", quick=False):
-    """The performance model's constants as a run measures them (runner.machine_constants), but quick and
-    once per device, dtype and thread count for the whole session (seconds each; dozens of runs use them)."""
-    key = (device, dtype, torch.get_num_threads())
-    if key not in _QUICK:
-        _QUICK[key] = _MEASURE(device, dtype, quick=True)
-    return _QUICK[key]
+def _short_busy_check_and_controls():
+    """Every test measures as run_helpers.quick_measuring says (the checks themselves are tested as they are)."""
+    with quick_measuring():
+        yield
 
 
 @pytest.fixture

@@ -2,21 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from benchmarks import pairs, profile
 from benchmarks import runner as runner_cli
-from benchmarks.core import runner
+from benchmarks.core import constants, machine, runner
+from benchmarks.core import measure as measuring
 from reports.__main__ import main as reports_main
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
         ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+_MEASURE, _QUICK = constants.measure, {}
+
+
+def _quick_constants(device="cpu", dtype="float32", quick=False):
+    """The performance model's constants as a run measures them (runner.machine_constants), but quick and
+    once per device, dtype and thread count for the whole session (seconds each; dozens of runs use them)."""
+    key = (device, dtype, torch.get_num_threads())
+    if key not in _QUICK:
+        _QUICK[key] = _MEASURE(device, dtype, quick=True)
+    return _QUICK[key]
+
+
+@contextlib.contextmanager
+def quick_measuring():
+    """Every run watches the cores for half a second before it starts (runner.machine_busy), every CPU
+    method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME), a calibration
+    times each GEMM size for 0.3 s (machine.PEAK_TIME) and the performance model's constants take seconds;
+    the tests make dozens of short runs in one process, so there these take 50 ms, 2 ms, 50 ms and one
+    quick measurement per session. Every test runs in it (conftest), and fixtures that measure for a module."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "BUSY_SAMPLE_S", 0.05)
+        mp.setattr(measuring, "CONTROL_TIME", 0.002)
+        mp.setattr(machine, "PEAK_TIME", 0.05)
+        mp.setattr(constants, "measure", _quick_constants)
+        yield mp
 
 
 def measure(folder, plan=PLAN, name="vm", rounds=1):

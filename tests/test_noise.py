@@ -75,7 +75,10 @@ def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, mon
     monkeypatch.setattr(runner, "cpu_busy", lambda seconds=0.5: 0.93)
     measure(tmp_path / "run", PLAN[:1])
     assert "already busy (other processes use 93% of its 1 cores)" in capsys.readouterr().err
-    monkeypatch.undo()
+
+
+@pytest.mark.slow
+def test_the_busy_check_sees_other_processes_spinning():
     spin = "import time\nstop = time.time() + 1.5\nwhile time.time() < stop: pass"
     spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
     time.sleep(0.3)  # started: a real busy machine, from other processes (this one's own use is not counted)

@@ -175,6 +175,7 @@ def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path, cap
     assert json.loads(other.read_text()) == {"machine": {}, "gemm_peaks": {}}
 
 
+@pytest.mark.slow
 def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in():
     fresh = subprocess.run([sys.executable, "-c", "import json; from benchmarks.core import records; "
                             "print(json.dumps(records.regime()))"], capture_output=True, text=True, cwd=ROOT)

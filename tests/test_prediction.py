@@ -11,7 +11,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from run_helpers import ROOT, in_process, measure
+from run_helpers import ROOT, in_process, measure, quick_measuring
 
 from benchmarks import cases
 from benchmarks.core import perfmodel, records
@@ -32,7 +32,8 @@ TIMED = sum(len(cases.METHODS[area]) for area, _ in PLAN)  # a record per method
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return measure(tmp_path_factory.mktemp("prediction") / "run", PLAN)
+    with quick_measuring():
+        return measure(tmp_path_factory.mktemp("prediction") / "run", PLAN)
 
 
 def test_the_run_keeps_its_constants_and_each_case_its_operators(run):

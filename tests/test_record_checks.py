@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from run_helpers import PLAN, measure
+from run_helpers import PLAN, measure, quick_measuring
 from test_tidy import write_asv_results
 
 from benchmarks.core import machine, records, runner
@@ -38,7 +38,7 @@ DAMAGE = [
 @pytest.fixture(scope="module")
 def measured_once(tmp_path_factory):
     """One short run for the module; each test damages its own copy (``copy``)."""
-    with pytest.MonkeyPatch.context() as mp:
+    with quick_measuring() as mp:
         mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
             machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
         return measure(tmp_path_factory.mktemp("measured") / "run")

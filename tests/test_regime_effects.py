@@ -1,8 +1,6 @@
 """scripts/regime_effects.py: a runtime setting's effect as paired ratios (the setting's worker over the
 default one), and each pair's own ratio under both."""
 
-import subprocess
-import sys
 
 import pytest
 
@@ -44,7 +42,8 @@ def test_a_setting_that_slows_every_case_by_a_fifth_reads_as_1_2_and_leaves_the_
     assert "C1 paper-base  ratio 3.00x by default, 3.00x with the setting" in regime_effects.show(result)
 
 
-def test_an_unknown_setting_is_refused_naming_the_allowed_ones():
-    done = subprocess.run([sys.executable, "scripts/regime_effects.py", "--settings", "turbo"], capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 2 and "unknown setting 'turbo'; allowed: passive, allocator, idle" in done.stderr
+def test_an_unknown_setting_is_refused_naming_the_allowed_ones(capsys):
+    with pytest.raises(SystemExit) as done:
+        regime_effects.main(["--settings", "turbo"])
+    assert done.value.code == 2
+    assert "unknown setting 'turbo'; allowed: passive, allocator, idle" in capsys.readouterr().err

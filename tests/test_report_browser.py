@@ -15,7 +15,7 @@ import os
 import re
 
 import pytest
-from run_helpers import ARTIFACTS, CHROMIUM, chromium_page
+from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, quick_measuring
 
 from benchmarks.core import machine, profiler, runner
 from reports import html, tidy
@@ -31,13 +31,10 @@ def report(tmp_path_factory):
     if os.environ.get("ATTENTION_BENCH_REPORT"):
         return os.environ["ATTENTION_BENCH_REPORT"]
     tmp = tmp_path_factory.mktemp("report")
-    mp = pytest.MonkeyPatch()
-    mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
-    try:
+    with quick_measuring() as mp:
+        mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
         runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
         profiler.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
-    finally:
-        mp.undo()
     run = str(tmp / "run")
     return html.build(tidy.load([run]), str(tmp / "report"), profiles=tidy.load_profiles([run]))
 

@@ -7,6 +7,7 @@ import shutil
 import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
+from run_helpers import quick_measuring
 
 from benchmarks import cases
 from benchmarks.core import machine, records, runner
@@ -20,7 +21,7 @@ PLAN = [("multihead", {"heads": 8, "strategy": "looped", "out_proj": True, "devi
 def measured_once(tmp_path_factory):
     """One short sweep for the module; each test gets its own copy (runner_folder)."""
     out = tmp_path_factory.mktemp("measured") / "run"
-    with pytest.MonkeyPatch.context() as mp:
+    with quick_measuring() as mp:
         mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
             machine.peak_key("cpu", "float32", t): 2e11 for t in (None, *threads)})
         runner.Runner(str(out), min_run_time=0.01, name="laptop").run(PLAN, progress=False)

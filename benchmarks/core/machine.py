@@ -26,6 +26,8 @@ from .records import write_json_atomic
 
 #: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
 GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
+#: seconds of timing per size and repeat of a calibration (gemm_peak)
+PEAK_TIME = 0.3
 GEMM_DTYPES = {"cpu": ("float32",), "cuda": ("float32", "float16", "bfloat16")}
 
 
@@ -115,7 +117,7 @@ def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None =
     given) thread count; cached per process. A peak is a best case: the maximum resists a moment of
     contention on a shared machine better than a median would."""
     with using_threads(threads):
-        return max(gemm_flops_per_s(s, device, dtype) for s in GEMM_SIZES[torch.device(device).type]
+        return max(gemm_flops_per_s(s, device, dtype, PEAK_TIME) for s in GEMM_SIZES[torch.device(device).type]
                    for _ in range(repeats))
 
 
