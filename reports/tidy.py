@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from benchmarks.core import machine, perfmodel, profiler, records
+from benchmarks.core import machine, measure, perfmodel, profiler, records
 from benchmarks.core.records import read_json
 from benchmarks.core.runner import BUSY_SHARE
 
@@ -280,8 +280,9 @@ def _over_processes(rec: dict) -> dict:
     if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
         return {}
     out = {"low": rec["time_low_s"], "high": rec["time_high_s"], "processes": rec["processes"]}
-    if rec.get("modes"):
-        out["modes"] = "; ".join(_mode(m) for m in rec["modes"])
+    modes = measure.modes_of(rec["rounds"]) if rec.get("rounds") else rec.get("modes")  # from what was measured
+    if modes:
+        out["modes"] = "; ".join(_mode(m) for m in modes)
     return out
 
 
