@@ -3,8 +3,10 @@
 Each process builds only the two cases (nothing else in its memory), warms each with two calls, then times
 them with ``time.perf_counter`` in mirrored blocks (a b b a, then b a a b) for ``--rounds`` rounds, in the
 users' default regime; its ratio is the median of its rounds' ratios (b's two blocks over a's). Several such
-processes, one after another, give the ratio's spread over processes. Nothing here is shared with the runner's
-or the pairs' timing code (``benchmarks.core.measure``, ``benchmarks.core.paired``): only the case definitions.
+processes, one after another, give the ratio's spread over processes; each side's minor page faults per
+timed call say whether a process's allocator gave its buffers back to the OS each call. Nothing here is
+shared with the runner's or the pairs' timing code (``benchmarks.core.measure``, ``benchmarks.core.paired``):
+only the case definitions.
 
     .venv/bin/python scripts/plain_pair.py                    C1 at tiny and paper-base, n = 128, 3 processes
     .venv/bin/python scripts/plain_pair.py --processes 5 --rounds 20
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,23 +56,29 @@ def one_process(name: str, rounds: int) -> dict:
     fns[0]()
     calls = max(1, round(BLOCK_S / max(time.perf_counter() - start, 1e-9)))
 
-    def block(fn) -> float:
-        start = time.perf_counter()
+    faults = {0: 0, 1: 0}
+
+    def block(side: int) -> float:
+        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
         for _ in range(calls):
-            fn()
-        return (time.perf_counter() - start) / calls
+            fns[side]()
+        took = (time.perf_counter() - start) / calls
+        faults[side] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        return took
 
     ratios, times = [], {0: [], 1: []}
     for r in range(rounds):
         order = (0, 1, 1, 0) if r % 2 == 0 else (1, 0, 0, 1)
         got = {0: [], 1: []}
         for side in order:
-            got[side].append(block(fns[side]))
+            got[side].append(block(side))
         ratios.append(sum(got[1]) / sum(got[0]))
         for side in got:
             times[side].extend(got[side])
     return {"check": name, "pid": os.getpid(), "ratio": statistics.median(ratios),
-            "a_s": statistics.median(times[0]), "b_s": statistics.median(times[1]), "rounds": rounds}
+            "a_s": statistics.median(times[0]), "b_s": statistics.median(times[1]), "rounds": rounds,
+            "a_faults_per_call": faults[0] / (2 * rounds * calls),
+            "b_faults_per_call": faults[1] / (2 * rounds * calls)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: ratio (b/a) {statistics.median(ratios):.3f}, "
               f"processes {', '.join(f'{r:.3f}' for r in ratios)}; "
               f"a {statistics.median(f['a_s'] for f in found) * 1e3:.2f} ms, "
-              f"b {statistics.median(f['b_s'] for f in found) * 1e3:.2f} ms per call")
+              f"b {statistics.median(f['b_s'] for f in found) * 1e3:.2f} ms per call; page faults per call "
+              f"a {_counts(found, 'a_faults_per_call')}, b {_counts(found, 'b_faults_per_call')}")
     return 0
+
+
+def _counts(found: list[dict], key: str) -> str:
+    return ", ".join(f"{f[key]:.0f}" for f in found)
 
 
 if __name__ == "__main__":

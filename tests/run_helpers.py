@@ -38,13 +38,15 @@ def _quick_constants(device="cpu", dtype="float32", quick=False):
 def quick_measuring():
     """Every run watches the cores for half a second before it starts (runner.machine_busy), every CPU
     method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME), a calibration
-    times each GEMM size for 0.3 s (machine.PEAK_TIME) and the performance model's constants take seconds;
-    the tests make dozens of short runs in one process, so there these take 50 ms, 2 ms, 50 ms and one
-    quick measurement per session. Every test runs in it (conftest), and fixtures that measure for a module."""
+    times GEMMs of 1024 and 2048 for 0.3 s each (machine.GEMM_SIZES, PEAK_TIME) and the performance model's
+    constants take seconds; the tests make dozens of short runs in one process, so there these take 50 ms,
+    2 ms, one 512 GEMM for 50 ms and one quick measurement per session. Every test runs in it (conftest),
+    and so do the fixtures that measure for a whole module."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner, "BUSY_SAMPLE_S", 0.05)
         mp.setattr(measuring, "CONTROL_TIME", 0.002)
         mp.setattr(machine, "PEAK_TIME", 0.05)
+        mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (512,)})
         mp.setattr(constants, "measure", _quick_constants)
         yield mp
 

@@ -17,7 +17,7 @@ import re
 import pytest
 from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, quick_measuring
 
-from benchmarks.core import machine, profiler, runner
+from benchmarks.core import profiler, runner
 from reports import html, tidy
 from reports.claims import CLAIMS
 
@@ -31,8 +31,7 @@ def report(tmp_path_factory):
     if os.environ.get("ATTENTION_BENCH_REPORT"):
         return os.environ["ATTENTION_BENCH_REPORT"]
     tmp = tmp_path_factory.mktemp("report")
-    with quick_measuring() as mp:
-        mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (256,)})  # a quick calibration
+    with quick_measuring():
         runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
         profiler.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
     run = str(tmp / "run")
