@@ -15,7 +15,7 @@ speed changes over seconds, two such runs agree more closely than two runs of on
 The command lines run each round in a fresh process (``fresh``): what one process happens to get (its
 pages, its allocator's state, its place on the cores) moves a case's time by a few per cent, or by 2x
 for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
-one draw. Over R processes a case's figure is the median of R such draws and its interval their range.
+one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels).
 
 The command lines that use it (``python -m benchmarks.runner``, ``python -m reports``) share their
 options and sequence through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks`` spreads a grid over
@@ -140,6 +140,11 @@ class Runner:
         if record.get("status") != "ok" or "time_median_s" not in record:
             return self.rounds, record
         return len(record.get("rounds", [None])), record
+
+    def two_modes(self, area: str, params: dict) -> bool:
+        """Whether a method of the case ran at two levels in the processes so far (``measure.modes_of``)."""
+        return any(r is not None and r.get("status") == "ok" and len(r.get("rounds", ())) > 1 and measure.modes_of(
+            r["rounds"]) for r in (self.recorded(area, m, params)[1] for m in self.methods(area, params)))
 
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
@@ -271,6 +276,10 @@ class Runner:
                 bar.close()  # each round's process shows its own
                 for round_ in range(1, self.rounds + 1):
                     self.round_in_process(remaining, round_, progress)
+                for round_ in range(self.rounds + 1, self.rounds + EXTRA_ROUNDS + 1):
+                    unsettled = [(a, p) for a, p in remaining if self.two_modes(a, p)]
+                    if unsettled:  # more processes where the processes disagree: a steadier median
+                        self.round_in_process(unsettled, round_, progress)
             else:
                 with bar:
                     self._rounds(remaining, range(1, self.rounds + 1), bar)
@@ -298,7 +307,7 @@ class Runner:
         for round_ in rounds:
             for area, params in remaining:
                 self.current = case_key(area, "", params).replace("----", " ") + (
-                    f" (round {round_} of {self.rounds})" if self.rounds > 1 else "")
+                    f" (round {round_} of {max(round_, self.rounds)})" if self.rounds > 1 else "")
                 bar.set_postfix_str(self.current[:70])
                 for record in self.run_case(area, params, self.peaks, round_):
                     timed = record["status"] == "ok" and "time_median_s" in record
@@ -342,6 +351,8 @@ class Runner:
 
 #: the exit codes of a round's process stopped by Ctrl-C, and by a full disk
 EXIT_INTERRUPTED, EXIT_DISK_FULL = 130, 28
+#: rounds in fresh processes after the planned ones, each for the cases still with two modes (run's rounds > 1)
+EXTRA_ROUNDS = 2
 
 
 def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tuple[str, dict]], round_: int,
@@ -352,8 +363,8 @@ def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tupl
     runner.peaks = peaks
     try:
         left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in runner.methods(a, p))
-        bar = tqdm(total=left, desc=f"round {round_} of {runner.rounds}", unit="method", disable=not progress,
-                   file=sys.stderr, smoothing=0)
+        bar = tqdm(total=left, desc=f"round {round_} of {max(round_, runner.rounds)}", unit="method",
+                   disable=not progress, file=sys.stderr, smoothing=0)
         with bar:
             runner._rounds(remaining, [round_], bar, last=round_)
     except KeyboardInterrupt:
