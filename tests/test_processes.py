@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.core import measure, runner
+from benchmarks.core import machine, measure, runner
 from reports import figures, tidy
 from reports.analyses import noise
 from reports.analyses.base import Figure, time_curves
@@ -172,3 +172,26 @@ def test_the_runner_times_each_round_in_a_fresh_process(tmp_path, fake_peaks):
     # a second run into the folder finds every round there and starts no process
     again = runner.Runner(out, min_run_time=0.03, rounds=3, fresh=True)
     assert again.run(PLAN, progress=False)["resumed"] == 2
+
+
+def test_timing_a_case_that_sets_no_threads_never_sets_torchs_thread_count(monkeypatch, fake_peaks, tmp_path):
+    """torch.set_num_threads, called at all, changes how the process runs small operators for the rest of its
+    life: a case that does not choose its threads is timed without it, as its user runs it."""
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n) or real(n))
+    case = cases.build("attention", {"seq_len": 128, "d_head": 64, "backend": "sdpa", "causal": False,
+                                     "dtype": "float32", "device": "cpu"})
+    record = measure.measure(case, "forward", min_run_time=0.02)
+    assert record["time_median_s"] > 0 and record["control_flops_per_s"] > 0
+    machine.gemm_peak.cache_clear()
+    machine.calibrate()  # the default count only
+    assert calls == []
+    one = cases.build("threads", {"workload": "attention", "threads": 1})
+    measure.measure(one, "forward", min_run_time=0.02)
+    assert calls and calls[0] == 1 and torch.get_num_threads() == calls[-1]  # set, then restored
+    order = []
+    monkeypatch.setattr(runner.Runner, "run_case", lambda self, area, params, peaks, round_: order.append(area) or [])
+    plan = [("threads", {"workload": "attention", "threads": 1}), ("models", {}), ("attention", {})]
+    runner.Runner(str(tmp_path), min_run_time=0.01)._rounds(plan, [1], tqdm_off())
+    assert order[-1] == "threads"  # the cases that set the threads run last in a round's process

@@ -8,6 +8,7 @@ FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -19,6 +20,7 @@ import time
 import pynvml  # nvidia-ml-py: loads NVML only when nvmlInit is called
 import torch
 import torch.utils.benchmark as tbench
+from torch.utils.benchmark.utils import common as tbench_common
 
 from ..cases import using_threads
 from . import records
@@ -89,7 +91,8 @@ def metadata() -> dict:
 def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
     """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
     timer = _gemm_timer(size, device, dtype)
-    return 2 * size**3 / timer.blocked_autorange(min_run_time=min_run_time).median
+    with threads_left_alone():
+        return 2 * size**3 / timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 def gemm_flops_per_s_within(size: int, seconds: float) -> float:
@@ -97,9 +100,23 @@ def gemm_flops_per_s_within(size: int, seconds: float) -> float:
     costs what it says (blocked_autorange sizes its blocks to at least 10 ms, so a 256^3 control asked for
     2 ms ran 40)."""
     timer = _gemm_timer(size, "cpu", "float32")
-    one = timer.timeit(1).median
-    calls = max(1, round(seconds / one))
-    return 2 * size**3 / timer.timeit(calls).median
+    with threads_left_alone():
+        one = timer.timeit(1).median
+        calls = max(1, round(seconds / one))
+        return 2 * size**3 / timer.timeit(calls).median
+
+
+@contextlib.contextmanager
+def threads_left_alone():
+    """torch.utils.benchmark's Timer calls ``torch.set_num_threads`` around every measurement; inside this
+    block it does not when the count is already the one asked for, so that timing a case leaves the process
+    in the regime its user gets (``cases.using_threads`` says why that matters)."""
+    real = tbench_common.set_torch_threads
+    tbench_common.set_torch_threads = lambda n: contextlib.nullcontext() if n == torch.get_num_threads() else real(n)
+    try:
+        yield
+    finally:
+        tbench_common.set_torch_threads = real
 
 
 def _gemm_timer(size: int, device: str, dtype: str) -> tbench.Timer:
@@ -168,7 +185,9 @@ def calibrate(threads: list[int] | tuple[int, ...] = (), fresh: bool = False) ->
     if fresh:
         gemm_peak.cache_clear()
     counts = sorted({torch.get_num_threads(), *threads})
-    peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, t) for d in GEMM_DTYPES["cpu"] for t in counts}
+    default = torch.get_num_threads()  # measured without setting it (cases.using_threads says why)
+    peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, None if t == default else t) for d in GEMM_DTYPES["cpu"]
+             for t in counts}
     if torch.cuda.is_available():
         peaks.update({peak_key("cuda", d, None): gemm_peak("cuda", d) for d in GEMM_DTYPES["cuda"]})
     return peaks

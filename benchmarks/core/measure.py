@@ -24,7 +24,7 @@ import torch.utils.benchmark as tbench
 
 from ..cases import Prepared, Skip, using_threads
 from . import constants, opgraph, telemetry
-from .machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share
+from .machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share, threads_left_alone
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's
@@ -70,11 +70,12 @@ def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
     so that the quartiles measure a spread (a 0.15 s call in 0.2 s of timing is otherwise two blocks);
     a slower call keeps what it has, and its record says how few values its time is over."""
     timer = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    times = list(m.times)
-    missing = MIN_SAMPLES - len(times)
-    if 0 < missing and missing * m.number_per_run * m.median <= min_run_time:
-        times += [timer.timeit(m.number_per_run).median for _ in range(missing)]
+    with threads_left_alone():
+        m = timer.blocked_autorange(min_run_time=min_run_time)
+        times = list(m.times)
+        missing = MIN_SAMPLES - len(times)
+        if 0 < missing and missing * m.number_per_run * m.median <= min_run_time:
+            times += [timer.timeit(m.number_per_run).median for _ in range(missing)]
     q25, median, q75 = np.percentile(times, [25, 50, 75])
     return Timing(float(median), float(q25), float(q75), len(times), m.number_per_run)
 

@@ -304,8 +304,8 @@ class Runner:
         rounds are spread over the run, so that a slow spell of a shared machine hits one round of many cases
         rather than every round of a few. ``bar`` counts method-rounds up to round ``last`` (default: all)."""
         last = last or self.rounds
-        for round_ in rounds:
-            for area, params in remaining:
+        for round_ in rounds:  # the cases that set torch's threads last: setting them changes the process
+            for area, params in sorted(remaining, key=lambda case: "threads" in case[1]):
                 self.current = case_key(area, "", params).replace("----", " ") + (
                     f" (round {round_} of {max(round_, self.rounds)})" if self.rounds > 1 else "")
                 bar.set_postfix_str(self.current[:70])
