@@ -6,6 +6,8 @@ its time without. The settings:
 
     passive     OpenMP threads sleep as soon as they wait (OMP_WAIT_POLICY=PASSIVE) instead of spinning a while
     allocator   glibc's allocator fixed: every allocation from the heap, none given back (``FIXED_ALLOCATOR``)
+    threads-set torch.set_num_threads called once with the count torch already has, as torch.utils.benchmark's
+                Timer and a user who sets the threads do
     idle        nothing: both workers in the default regime (the no-change control); with ``--pauses`` also
                 without the pause before each handover, which shows what the idle worker costs the timed one
 
@@ -14,7 +16,7 @@ paper-base, and the C3 pair (multi-head attention with 1 and 64 heads, batched, 
 ratios on both cases of a pair follows the pair's own ratio under that setting (C1: RNN time over Transformer
 time; C3: 64 heads over 1).
 
-    .venv/bin/python scripts/regime_effects.py [--settings passive,allocator,idle] [--budget 40] \
+    .venv/bin/python scripts/regime_effects.py [--settings passive,allocator,threads-set,idle] [--budget 40] \
         [--record docs/measured/<date>-vm-regime.json]
 
 ``python -m reports measured <record>`` renders it.
@@ -41,9 +43,10 @@ from benchmarks.core.paired import (  # noqa: E402
     Worker,
     WorkerDied,
 )
+from benchmarks.core.paired_worker import SET_THREADS  # noqa: E402
 from reports import measured  # noqa: E402
 
-SETTINGS = {"passive": IDLE_PASSIVE, "allocator": FIXED_ALLOCATOR, "idle": {}}
+SETTINGS = {"passive": IDLE_PASSIVE, "allocator": FIXED_ALLOCATOR, "threads-set": {SET_THREADS: "1"}, "idle": {}}
 #: the pairs whose ratio a setting may move: (name, area, method, axis, a's value, b's value, shared params)
 PAIRS = [
     ("C1 tiny", "models", "forward", "model", "transformer", "rnn-width",
@@ -113,7 +116,7 @@ def show(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/regime_effects.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default="passive,allocator,idle",
+    parser.add_argument("--settings", default=",".join(SETTINGS),
                         help=f"comma list of {', '.join(SETTINGS)} (default all)")
     parser.add_argument("--budget", type=guards.seconds, default=40.0, help="seconds per setting (default 40)")
     parser.add_argument("--pauses", action="store_true",

@@ -46,4 +46,4 @@ def test_an_unknown_setting_is_refused_naming_the_allowed_ones(capsys):
     with pytest.raises(SystemExit) as done:
         regime_effects.main(["--settings", "turbo"])
     assert done.value.code == 2
-    assert "unknown setting 'turbo'; allowed: passive, allocator, idle" in capsys.readouterr().err
+    assert "unknown setting 'turbo'; allowed: passive, allocator, threads-set, idle" in capsys.readouterr().err

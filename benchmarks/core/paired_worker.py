@@ -15,11 +15,17 @@ import os
 import sys
 import time
 
+#: set in a worker's environment, it calls torch.set_num_threads with the count torch already has, once
+SET_THREADS = "ATTENTION_BENCH_SET_THREADS"
+
 
 def main(root: str) -> None:
     sys.path[0] = root  # the version's transformer and the suite's benchmarks, nothing from this file's folder
     reply, sys.stdout = sys.stdout, sys.stderr  # anything the models print goes to the log, not the answers
     import torch
+
+    if os.environ.get(SET_THREADS):  # a named condition (scripts/regime_effects.py): as torch.utils.benchmark does
+        torch.set_num_threads(torch.get_num_threads())
 
     from benchmarks import cases
     from benchmarks.core import records

@@ -148,7 +148,8 @@ def check_record_path(path: str, kind: str, what: str = "--record") -> None:
 
 #: environment variables that change how fast the same code runs (thread pools' wait policy and sizes, the
 #: allocator, BLAS kernels): part of a measurement's regime
-REGIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MALLOC_", "PYTORCH_", "LD_PRELOAD")
+REGIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MALLOC_", "PYTORCH_", "LD_PRELOAD",
+                   "ATTENTION_BENCH_SET_THREADS")
 
 
 def regime() -> dict:
