@@ -78,6 +78,15 @@ def _rounds(n: int) -> str:
     return f"{n} round{'s' if n > 1 else ''}"
 
 
+def _run_rounds(run: dict) -> str:
+    """', 3 rounds', or ', 3 rounds (up to 5 where processes disagreed)' for a run that added rounds."""
+    if run.get("rounds") is None:
+        return ""
+    planned = run.get("rounds_planned") or run["rounds"]
+    more = f" (up to {run['rounds']} where processes disagreed)" if run["rounds"] > planned else ""
+    return f", {_rounds(planned)}{more}"
+
+
 #: ``--only answers``: the report's answers table (one row per question) instead of its verdicts
 ANSWERS = "answers"
 
@@ -90,8 +99,8 @@ def _report(record: dict, name: str, only: list[str] | None, link: str) -> list[
     if unknown:
         raise ValueError(f"{name}: no analysis {', '.join(map(repr, unknown))}; allowed: {', '.join(keys)}")
     analysed = [r for r in record["runs"] if r["analysed"] == "yes"]
-    runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']}"
-                     f"{'' if r.get('rounds') is None else ', ' + _rounds(r['rounds'])})" for r in analysed)
+    runs = "; ".join(f"`{r['run']}` (commit {r['commit']}, {r['first']}..{r['last']}{_run_rounds(r)})"
+                     for r in analysed)
     source = (f"From the saved run [`{name}`]({link}): {runs}; {_machine(record['machine'])}; report generated "
               f"{record['generated']}.")
     if only == [ANSWERS]:

@@ -195,3 +195,11 @@ def test_timing_a_case_that_sets_no_threads_never_sets_torchs_thread_count(monke
     plan = [("threads", {"workload": "attention", "threads": 1}), ("models", {}), ("attention", {})]
     runner.Runner(str(tmp_path), min_run_time=0.01)._rounds(plan, [1], tqdm_off())
     assert order[-1] == "threads"  # the cases that set the threads run last in a round's process
+
+
+def test_a_saved_run_names_its_planned_rounds_and_the_most_any_case_got():
+    from reports import measured
+
+    assert measured._run_rounds({"rounds": 5, "rounds_planned": 3}) == ", 3 rounds (up to 5 where processes disagreed)"
+    assert measured._run_rounds({"rounds": 3, "rounds_planned": 3}) == ", 3 rounds"
+    assert measured._run_rounds({"rounds": 1}) == ", 1 round" and measured._run_rounds({"rounds": None}) == ""
