@@ -12,6 +12,7 @@ from run_helpers import measure
 
 from benchmarks import cases
 from benchmarks.core import machine, records
+from benchmarks.core import runner as core_runner
 from reports import ranges
 from reports.__main__ import main
 
@@ -22,8 +23,9 @@ def quick_calibration(monkeypatch):
 
 
 @pytest.mark.slow
-def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration):
+def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration, monkeypatch):
     run, report = str(tmp_path / "run"), str(tmp_path / "report")
+    monkeypatch.setattr(core_runner, "EXTRA_ROUNDS", 1)  # one more process, not two, for a case in two modes
     # the main job as the README runs it (three processes per case, profiles, the paired ratios), its pairs
     # given 6 s instead of 45 (a pair's record and its row in the page need no more)
     assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
