@@ -147,6 +147,9 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
     for rec in r.records:
         two = rec["params"] == bimodal
         assert len(rec["rounds"]) == (5 if two else 3) and bool(rec.get("modes")) == two
+    started.clear()  # a second run finds every case whole, those with more rounds than planned too
+    again = runner.Runner(str(tmp_path), min_run_time=0.01, rounds=3, fresh=True).run(PLAN, progress=False)
+    assert again["resumed"] == len(PLAN) and started == []
 
 
 def tqdm_off():

@@ -149,7 +149,7 @@ class Runner:
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
         with all of this run's rounds (a resumed run skips the case)."""
-        return sum(self.rounds - self.recorded(area, m, params)[0] for m in self.methods(area, params))
+        return sum(max(0, self.rounds - self.recorded(area, m, params)[0]) for m in self.methods(area, params))
 
     def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
         """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
@@ -274,7 +274,7 @@ class Runner:
         try:
             if self.in_processes:
                 bar.close()  # each round's process shows its own
-                for round_ in range(1, self.rounds + 1):
+                for round_ in range(1, self.rounds + 1) if remaining else ():  # none for a whole folder
                     self.round_in_process(remaining, round_, progress)
                 for round_ in range(self.rounds + 1, self.rounds + EXTRA_ROUNDS + 1):
                     unsettled = [(a, p) for a, p in remaining if self.two_modes(a, p)]
