@@ -73,10 +73,9 @@ __all__ = [
 @contextlib.contextmanager
 def using_threads(threads: int | None):
     """Run the block on ``threads`` CPU threads, then restore the count; None leaves torch's setting alone,
-    uncalled: ``torch.set_num_threads`` called at all, even with the count torch already has, changes how
-    the process runs small operators for the rest of its life (the tiny Transformer's forward at n = 128:
-    6.0-6.2 ms after it, 3.6-4.8 ms in processes that never called it), and a user's process never calls it
-    unless they choose the threads."""
+    uncalled: ``torch.set_num_threads`` called at all, even with the count torch already has, slows the
+    process's small operators for the rest of its life (``scripts/regime_effects.py``, setting
+    ``threads-set``), and a user's process never calls it unless they choose the threads."""
     if threads is None:
         yield
         return

@@ -96,9 +96,9 @@ def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min
 
 
 def gemm_flops_per_s_within(size: int, seconds: float) -> float:
-    """FLOP/s of a CPU (size x size) matmul over one block of calls lasting about ``seconds``: a control that
-    costs what it says (blocked_autorange sizes its blocks to at least 10 ms, so a 256^3 control asked for
-    2 ms ran 40)."""
+    """FLOP/s of a CPU (size x size) matmul over one block of calls lasting about ``seconds``, sized from one
+    call: a control that costs what it says (blocked_autorange grows its blocks to at least 10 ms and then
+    times one more, whatever ``min_run_time`` asks)."""
     timer = _gemm_timer(size, "cpu", "float32")
     with threads_left_alone():
         one = timer.timeit(1).median

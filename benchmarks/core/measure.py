@@ -41,10 +41,10 @@ MODE_GAP, MODE_SPREADS = 0.10, 3.0
 #: two processes whose minor page faults per call differ by more than FAULT_PAGES and by a factor
 #: FAULT_FACTOR run the case in two memory states: in one the C library's allocator gives a large buffer
 #: back to the OS after each call and the next call faults fresh pages in (4 KiB each), in the other it
-#: keeps the memory; which one a process gets is its draw (math attention at n = 128 on a CPU: 8,160
-#: faults per call against about 50 in a plain loop, twice the time; a round's count also holds its
-#: warm-up's first faults, spread over few timed calls: 11,272 against 4,417 in a run). Processes split so
-#: are two modes even when their own blocks are too spread for MODE_SPREADS to tell.
+#: keeps the memory; which one a process gets is its draw (math attention at n = 128 on a CPU, at about
+#: twice the time). A round's count also holds its warm-up's first faults, spread over few timed calls, so
+#: the factor is modest. Processes split so are two modes even when their own blocks are too spread for
+#: MODE_SPREADS to tell.
 FAULT_PAGES, FAULT_FACTOR = 256, 2.0
 
 

@@ -143,8 +143,7 @@ class Runner:
 
     def two_modes(self, area: str, params: dict) -> bool:
         """Whether a method of the case ran at two levels in the processes so far (``measure.modes_of``)."""
-        return any(r is not None and r.get("status") == "ok" and len(r.get("rounds", ())) > 1 and measure.modes_of(
-            r["rounds"]) for r in (self.recorded(area, m, params)[1] for m in self.methods(area, params)))
+        return any((self.recorded(area, m, params)[1] or {}).get("modes") for m in self.methods(area, params))
 
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
