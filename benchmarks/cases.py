@@ -49,6 +49,7 @@ from .grids import (
     method_on_grid,
     on_grid,
     profile_set,
+    restrict,  # noqa: F401 (read through this module, as the other names)
     select,
     thread_counts,
     tokens,

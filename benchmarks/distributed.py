@@ -1,10 +1,10 @@
 """Head-parallel attention over torchrun's ranks (``benchmarks.core.head_parallel``) into a run folder.
 
-    torchrun --nproc_per_node=1 -m benchmarks.distributed --out results/runs/<machine>-parallel
-    torchrun --nproc_per_node=2 -m benchmarks.distributed --out results/runs/<machine>-parallel
+    torchrun --nproc_per_node=1 -m attention_bench ranks --out results/runs/<machine>-parallel
+    torchrun --nproc_per_node=2 -m attention_bench ranks --out results/runs/<machine>-parallel
     # across machines, the same command on each (any free port on the first machine's address):
     torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=<host>:29500 --rdzv_id=<name> \\
-             -m benchmarks.distributed --out <run folder on the first machine>
+             -m attention_bench ranks --out <run folder on the first machine>
 
 Rank 0 writes one record per case (``<out>/cases/parallel--forward--...json``, with ``ranks``,
 ``backend`` and ``combine`` among its parameters), after every rank has measured it, so runs at
@@ -21,7 +21,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import cases
 from .core import guards, pipeline
 from .core.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
 from .core.lock import FolderBusy
@@ -30,12 +29,9 @@ from .core.records import case_key, commit
 from .core.runner import Runner
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchrun ... -m benchmarks.distributed",
-                                     description=__doc__.split("\n\n")[0])
-    pipeline.add_run_options(parser, cases.PARALLEL_GRIDS, default_grid="default", rounds=False)
-    parser.add_argument("--backend", help="gloo (CPU, the default without a GPU) or nccl (GPU)")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Every head-parallel case of ``args.grid`` on this torchrun group's ranks, into the run folder
+    (``args``: grid, out, machine, min_run_time, backend, as ``attention-bench ranks`` parses them)."""
     # one folder for every rank count, so that the report sets them side by side
     out = pipeline.run_folder(args, "parallel" if args.grid == "default" else f"parallel-{args.grid}")
     try:
@@ -104,6 +100,3 @@ def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, 
     dist.destroy_process_group()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,14 +1,14 @@
 """The regression gate: is HEAD slower than BASE? Both timed in the same moments, case by case.
 
-    python -m benchmarks.gate main                      the working tree against main
-    python -m benchmarks.gate BASE HEAD --area attention --threshold 0.05 --budget 180
+    attention-bench gate main                      the working tree against main
+    attention-bench gate BASE HEAD --area attention --threshold 0.05 --budget 180
 
 Each side's ``transformer`` (a commit's, from ``git archive``, or the working tree's) runs in a worker
 process of its own, with this checkout's case definitions (``benchmarks.cases``) for both; one controller
 alternates them in mirrored blocks (A B B A, then B A A B) over short rounds until every case is decided or
 the time budget is spent (``benchmarks.core.paired``). Prints one row per case (base time, head time, the
 ratio head/base with its 95% interval, the verdict) and saves the comparison as a record
-(``results/gate/<base>-<head>.json``; ``python -m reports measured`` renders it).
+(``results/gate/<base>-<head>.json``; ``attention-bench measured`` renders it).
 
 Exit codes: 0 no case slower; 1 a case slower than the threshold with confidence; 2 bad input (an
 unknown commit, one without the models, nothing to compare or every selected case skipped, uncommitted case
@@ -18,7 +18,6 @@ verdicts reached so far are printed and saved.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import subprocess
@@ -158,24 +157,8 @@ def show(rows: list[dict]) -> str:
 def selection(grid: str, areas, devices, methods, params: list[str]) -> list[tuple[str, dict, str]]:
     """The cases to compare; ValueError naming a ``--param`` that is not AXIS=VALUE, an axis the chosen areas
     do not have or a value the grid does not give it (each with what is allowed)."""
-    planned = plan(grid, areas, devices)
-    wanted = {}
-    for pair in params:
-        axis, eq, value = pair.partition("=")
-        if not eq or not axis:
-            raise ValueError(f"--param {pair!r}: give AXIS=VALUE, e.g. backend=sdpa")
-        axes = sorted({a for _, p in planned for a in p})
-        if axis not in axes:
-            raise ValueError(f"--param {pair!r}: no axis {axis!r} in the chosen cases of grid {grid!r}; "
-                             f"allowed: {', '.join(axes)}")
-        values = sorted({str(p[axis]) for _, p in planned if axis in p})
-        if value not in values:
-            raise ValueError(f"--param {pair!r}: {axis} is never {value!r} on grid {grid!r}; allowed: "
-                             f"{', '.join(values)}")
-        wanted[axis] = value
-    todo = [(area, p, method) for area, p in planned for method in cases.METHODS[area]
-            if method != "graph" and (not methods or method in methods)
-            and all(str(p.get(axis)) == value for axis, value in wanted.items())]
+    todo = [(area, p, method) for area, p in plan(grid, areas, devices, params) for method in cases.METHODS[area]
+            if method != "graph" and (not methods or method in methods)]
     if not todo:
         raise ValueError(f"no case to compare: no case of the chosen areas has --method {methods} and --param {params}")
     return todo
@@ -190,42 +173,29 @@ def check_models(commit: str) -> None:
                          "commit that has the models") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("base", help="the commit to compare against (a branch, tag or hash)")
-    parser.add_argument("head", nargs="?", default=TREE,
-                        help=f"the commit under test (default: {TREE}, the working tree)")
-    parser.add_argument("--grid", default="quick", choices=list(cases.GRIDS), help="grid whose cases are compared")
-    parser.add_argument("--area", action="append", help="restrict to an area (repeatable)")
-    parser.add_argument("--method", action="append", help="restrict to a method, e.g. forward (repeatable)")
-    parser.add_argument("--device", action="append", choices=["cpu", "cuda"],
-                        help="restrict to a device (default: every device this machine has)")
-    parser.add_argument("--param", action="append", default=[], metavar="AXIS=VALUE",
-                        help="restrict to cases with this axis value, e.g. backend=sdpa (repeatable)")
-    parser.add_argument("--threshold", type=float, default=0.05, help="the slowdown that fails the gate (default 0.05)")
-    parser.add_argument("--budget", type=guards.seconds, default=165.0,
-                        help="seconds of rounds at most (default 165: with its start, the gate ends within 3 minutes)")
-    parser.add_argument("--record", help="where to save the comparison (default results/gate/<base>-<head>.json)")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        if not 0 < args.threshold < 1:
-            raise ValueError(f"--threshold {args.threshold!r}: give a fraction between 0 and 1, e.g. 0.05 for 5%")
-        base = resolve(args.base)
-        head = TREE if args.head == TREE else resolve(args.head)
-        for side in (base, head):
-            if side != TREE:
-                check_models(side)
-        check_sides(base, head)
-        devices = args.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-        todo = selection(args.grid, args.area, devices, args.method, args.param)
-        record = args.record or os.path.join("results", "gate", f"{base[:8]}-{head[:8]}.json")
-        guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
-        guards.writable_file(record, "--record")
-        check_record_path(record, "gate")
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def check(base: str, head: str, threshold: float, record: str | None) -> tuple[str, str, str]:
+    """The commits resolved and the record's path, checked before anything is timed (ValueError naming the
+    bad value): (base, head, record)."""
+    if not 0 < threshold < 1:
+        raise ValueError(f"--threshold {threshold!r}: give a fraction between 0 and 1, e.g. 0.05 for 5%")
+    base = resolve(base)
+    head = TREE if head == TREE else resolve(head)
+    for side in (base, head):
+        if side != TREE:
+            check_models(side)
+    check_sides(base, head)
+    record = record or os.path.join("results", "gate", f"{base[:8]}-{head[:8]}.json")
+    guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
+    guards.writable_file(record, "--record")
+    check_record_path(record, "gate")
+    return base, head, record
+
+
+def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: float, budget: float, record: str,
+            progress: bool = True) -> tuple[list[dict], BaseException | None]:
+    """Time ``todo`` on both sides until every case is decided or ``budget`` seconds are spent; print one row
+    per case, save the record (kind ``gate``) atomically at ``record`` whatever stopped it, and return the
+    rows and what stopped it early (a dead worker, Ctrl-C) or None."""
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
         base_models = export(base, os.path.join(tmp, "base"))
         head_models = ROOT if head == TREE else export(head, os.path.join(tmp, "head"))
@@ -233,20 +203,17 @@ def main(argv: list[str] | None = None) -> int:
                     Worker("head", head_models, ROOT, FIXED_ALLOCATOR))
         started = time.monotonic()
         print(f"Comparing {len(todo)} cases: head {head if head == TREE else head[:8]} against base {base[:8]}, "
-              f"mirrored blocks of about {BLOCK_S * 1e3:g} ms, until decided or {args.budget:g} s", file=sys.stderr)
+              f"mirrored blocks of about {BLOCK_S * 1e3:g} ms, until decided or {budget:g} s", file=sys.stderr)
         stopped: BaseException | None = None
         try:
             gate.start()
-            rounds, decided = run(gate, args.threshold, args.budget, not args.no_progress)
+            rounds, decided = run(gate, threshold, budget, progress)
         except (WorkerDied, KeyboardInterrupt) as error:  # what was decided so far is kept and said
             stopped, rounds, decided = error, gate.measured_rounds(), False
         finally:
             gate.stop()
-    rows = table(gate, args.threshold)
-    facts = machine.metadata()
+    rows = table(gate, threshold)
     print(show(rows))
-    slower = [r for r in rows if r["verdict"] == "slower"]
-    compared = [r for r in rows if r["verdict"] != "skipped"]
     elapsed = time.monotonic() - started
     if isinstance(stopped, KeyboardInterrupt):
         end = "interrupted"
@@ -255,15 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     elif decided:
         end = "every case decided"
     else:
-        end = (f"stopped at the {args.budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} "
+        end = (f"stopped at the {budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} "
                "cases inconclusive")
-    print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {len(slower)} slower than {args.threshold:.0%}"
-          + ("" if compared else "; nothing was compared: every selected case was skipped, which is not a pass"),
-          file=sys.stderr)
-    if isinstance(stopped, WorkerDied):
-        print(f"error: {stopped}", file=sys.stderr)
-    write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": args.threshold,
-                               "rounds": rounds, "decided": decided, "budget_s": args.budget, "elapsed_s": elapsed,
+    slower = sum(r["verdict"] == "slower" for r in rows)
+    print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {slower} slower than {threshold:.0%}"
+          + ("" if any(r["verdict"] != "skipped" for r in rows)
+             else "; nothing was compared: every selected case was skipped, which is not a pass"), file=sys.stderr)
+    facts = machine.metadata()
+    write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": threshold,
+                               "rounds": rounds, "decided": decided, "budget_s": budget, "elapsed_s": elapsed,
                                "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                                "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
                                "threads": torch.get_num_threads(), "worker_env": FIXED_ALLOCATOR,
@@ -272,12 +239,4 @@ def main(argv: list[str] | None = None) -> int:
                                "stopped": None if stopped is None else (str(stopped) or "interrupted"),
                                "cases": rows})
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)
-    if slower:
-        return 1
-    if isinstance(stopped, KeyboardInterrupt):
-        return 130
-    return 2 if stopped is not None or not compared else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return rows, stopped

@@ -1,7 +1,8 @@
 """What is measured: each area's axes per grid, the named sets, and what one call of a case processes.
 
 ``GRIDS`` maps a grid (``quick``, ``default``, ``full``) to each area's axes; ``combinations`` lists an
-area's cases as dicts and ``select`` picks a subset by value; ``PROFILE_SETS`` and ``PARALLEL_GRIDS`` are
+area's cases as dicts, ``select`` picks a subset by value and ``restrict`` by ``--param AXIS=VALUE``;
+``PROFILE_SETS`` and ``PARALLEL_GRIDS`` are
 the profiled and head-parallel cases; ``tokens`` is what one call of a case processes. The environment
 variable ATTENTION_BENCH_GRID picks the grid the asv classes expose ("quick" unless set).
 ``benchmarks.cases`` builds these cases and re-exports these names.
@@ -152,6 +153,27 @@ def select(area: str, grid: str | None = None, **fixed) -> list[dict]:
     return [c for c in combinations(area, grid) if all(c[k] == v for k, v in fixed.items())]
 
 
+
+def restrict(planned: list[tuple[str, dict]], given: list[str], grid: str) -> list[tuple[str, dict]]:
+    """The planned (area, params) cases whose axes have every ``AXIS=VALUE`` of ``given`` (``--param``);
+    ValueError naming a pair that is not AXIS=VALUE, an axis the planned cases do not have or a value the
+    grid never gives it, each with what is allowed."""
+    wanted = {}
+    for pair in given:
+        axis, eq, value = pair.partition("=")
+        if not eq or not axis:
+            raise ValueError(f"--param {pair!r}: give AXIS=VALUE, e.g. backend=sdpa")
+        known = sorted({a for _, p in planned for a in p})
+        if axis not in known:
+            raise ValueError(f"--param {pair!r}: no axis {axis!r} in the chosen cases of grid {grid!r}; "
+                             f"allowed: {', '.join(known)}")
+        values = sorted({str(p[axis]) for _, p in planned if axis in p})
+        if value not in values:
+            raise ValueError(f"--param {pair!r}: {axis} is never {value!r} on grid {grid!r}; allowed: "
+                             f"{', '.join(values)}")
+        wanted[axis] = value
+    return [(area, p) for area, p in planned if all(str(p.get(axis)) == value for axis, value in wanted.items())]
+
 #: The CPU workloads of the strong-scaling area: one fixed case of another area each (claim C1).
 THREAD_WORKLOADS = {
     "attention": ("attention", {"seq_len": 512, "d_head": 64, "backend": "sdpa", "causal": False,
@@ -161,7 +183,7 @@ THREAD_WORKLOADS = {
     "rnn-width": ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}),
 }
 
-#: Named sets of cases for ``python -m benchmarks.profile --set``: (area, params, method). "default" is
+#: Named sets of cases for ``attention-bench profile --set``: (area, params, method). "default" is
 #: what the README's main command profiles: both models at the tiny and the paper-base size (the two
 #: regimes of claim C1), the heads at both ends of h for each strategy (C3/C4), and equation (1) written
 #: out at a long sequence (what holds the memory).

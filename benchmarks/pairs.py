@@ -1,8 +1,8 @@
 """The ratios the verdicts rest on, each timed in the same moments: both cases of a ratio in mirrored blocks.
 
-    python -m benchmarks.pairs                              every pair of the default grid's CPU cases
-    python -m benchmarks.pairs --only c1 --budget 300 --record results/pairs/vm.json
-    python -m benchmarks.pairs --out results/runs/<machine>-default   into a run folder, for its report
+    attention-bench pairs                              every pair of the default grid's cases
+    attention-bench pairs --kind c1 --budget 300 --record results/pairs/vm.json
+    attention-bench pairs --out results/runs/<machine>-default   into a run folder, for its report
 
 A verdict's ratio taken from two separate timings (the Transformer's at one moment, the RNN's at another)
 moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
@@ -16,14 +16,13 @@ bootstrap interval over sessions and rounds. The pairs:
     heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
             small heads)
 
-Prints one row per pair and saves a record (kind ``pairs``) that ``python -m reports measured`` renders.
+Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent. Ctrl-C (exit code 130)
 or a worker that dies or stops answering (2) still saves the ratios measured so far.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import sys
@@ -33,7 +32,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import FIXED_ALLOCATOR, SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
+from .core.paired import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,51 +196,18 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
     return saved
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pairs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="default", choices=list(cases.GRIDS), help="grid whose pairs are timed")
-    parser.add_argument("--only", action="append", choices=list(KINDS), help="only these pairs (repeatable)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default cpu)")
-    parser.add_argument("--budget", type=guards.seconds, default=300.0, help="seconds of rounds at most (default 300)")
-    parser.add_argument("--out", help=f"a run folder: the record goes in it as {RECORD.format(device='<device>')}, "
-                        "where the report reads it")
-    parser.add_argument("--record", help="where to save the ratios (default: in --out, else results/pairs/"
-                        "<host>-<grid>-<device>.json)")
-    parser.add_argument("--fixed-allocator", action="store_true",
-                        help="run the worker with glibc's allocator fixed, as the gate does (no page faults on "
-                        "large tensors), instead of the default allocator the grid runs with (without it the "
-                        "worker runs in the users' default regime, as the grid does)")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    record = args.record or (os.path.join(args.out, RECORD.format(device=args.device)) if args.out else os.path.join(
-        "results", "pairs", f"{machine.metadata().get('hostname', 'host')}-{args.grid}-{args.device}.json"))
-    kinds = args.only or list(KINDS)
-    try:
-        guards.check_devices([args.device])
-        if not any(pairs_of(kind, args.grid, args.device) for kind in kinds):
-            raise ValueError(f"no pair of {kinds} on grid {args.grid!r} for device {args.device!r}")
-        if args.out:
-            guards.writable_folder(args.out, "--out")
-            check_run_folder(args.out)
-        guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
-        guards.writable_file(record, "--record")
-        kept_pairs(record, kinds, args.grid, args.device)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    try:
-        saved = measure(kinds, args.grid, args.device, args.budget, record, not args.no_progress,
-                        FIXED_ALLOCATOR if args.fixed_allocator else None)
-    except (WorkerDied, KeyboardInterrupt) as error:
-        saved = read_json(record)
-        print(show([p for p in saved["pairs"] if p["kind"] in kinds]))
-        print(("interrupted" if isinstance(error, KeyboardInterrupt) else f"error: {error}")
-              + f"; the ratios measured so far are saved in {os.path.abspath(record)}", file=sys.stderr)
-        return 130 if isinstance(error, KeyboardInterrupt) else 2
-    print(show([p for p in saved["pairs"] if p["kind"] in kinds]))
-    print(f"{saved['rounds']} rounds in {saved['elapsed_s']:.0f} s; record: {os.path.abspath(record)}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def check(kinds: list[str], grid: str, device: str, out: str | None, record: str | None) -> str:
+    """Everything checked before a pair is timed (ValueError naming the bad value); the record's path:
+    ``record``, else in the run folder ``out``, else ``results/pairs/<host>-<grid>-<device>.json``."""
+    record = record or (os.path.join(out, RECORD.format(device=device)) if out else os.path.join(
+        "results", "pairs", f"{machine.metadata().get('hostname', 'host')}-{grid}-{device}.json"))
+    guards.check_devices([device])
+    if not any(pairs_of(kind, grid, device) for kind in kinds):
+        raise ValueError(f"no pair of {kinds} on grid {grid!r} for device {device!r}")
+    if out:
+        guards.writable_folder(out, "--out")
+        check_run_folder(out)
+    guards.writable_folder(os.path.dirname(os.path.abspath(record)), "--record's folder")
+    guards.writable_file(record, "--record")
+    kept_pairs(record, kinds, grid, device)
+    return record

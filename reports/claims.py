@@ -67,9 +67,9 @@ def markdown() -> str:
     lines = ["# The claims attention-bench tests", "",
              "Each claim below comes from \"Attention Is All You Need\" (Vaswani et al. 2017) or from the "
              "RNN-attention model it replaced (RNNsearch, Bahdanau et al. 2015), as lectures on the Transformer "
-             "teach them. The suite turns each into a measurement; the report (`python -m reports`) opens with "
+             "teach them. The suite turns each into a measurement; the report (`attention-bench run`) opens with "
              "this list and answers each in its own section (the anchor in the last column).", "",
-             "Generated from `reports/claims.py` by `python -m reports claims > docs/CLAIMS.md`.", "",
+             "Generated from `reports/claims.py` by `attention-bench claims > docs/CLAIMS.md`.", "",
              "| claim | in the project's words | where stated | what is measured | report section |",
              "|---|---|---|---|---|"]
     for c in CLAIMS:

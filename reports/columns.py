@@ -63,6 +63,16 @@ def facts(meta: dict | None) -> dict:
     return out
 
 
+def short_commit(commit: str | None) -> str:
+    return records.short(commit) if commit else "unknown"
+
+
+def machine_line(m: dict) -> str:
+    """A machine's facts in one line: CPU, cores, torch, GPU."""
+    gpu = f", {m['gpu_name']}" if m.get("gpu_name") else ""
+    return f"{m['cpu_model']}, {m['cpu_count']} cores, torch {m['torch']}{gpu}"
+
+
 def _is_csv_with(columns: list[str]):
     """``is_own`` for ``records.check_replaceable``: a CSV file whose header starts with ``columns``."""
     def own(path: str) -> bool:

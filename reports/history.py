@@ -6,7 +6,7 @@ copies those files from npm's packages (``reports/history_js``: package.json pin
 ``bash scripts/setup.sh --history`` runs ``npm ci`` there) into the site's ``vendor/`` folder and points
 the page at them, so that ``asv preview`` (or any static web server) shows the graphs offline.
 
-    python -m reports history      asv publish, then offline(); prints the site's index.html
+    attention-bench site           asv publish, then offline(); prints the site's index.html
 """
 
 from __future__ import annotations

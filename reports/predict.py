@@ -3,7 +3,7 @@ priced with another machine's constants, a datasheet (``docs/machines/*.json``: 
 bandwidth, per-operator overhead) or a measured run's ``machine.json``, and the verdicts they imply. Every
 figure is labelled predicted, never measured.
 
-    python -m reports predict docs/machines/h100-sxm.json [--run results/runs/vm-default] [--csv F]
+    attention-bench predict docs/machines/h100-sxm.json [results/runs/vm-default] [--csv F]
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def predict_run(sheet: str, run: str, dtype: str = "float32") -> tuple[pd.DataFr
                      "measured": rec["time_median_s"], "predicted": p.time_s, "bound": p.bound})
     if not rows:
         raise ValueError(f"{run}: no timed case recorded the operators it executes (a run made before the "
-                         "performance model?); measure it again with `python -m benchmarks.runner`")
+                         "performance model?); measure it again with `attention-bench run`")
     table = pd.DataFrame(rows)
     for column in ("preset", "model", "seq_len", "strategy", "heads", "out_proj", "device"):
         if column not in table:
@@ -113,7 +113,7 @@ def _value(x) -> str:
 
 
 def report(table: pd.DataFrame, there: perfmodel.Constants, run: str) -> str:
-    """The lines ``python -m reports predict`` prints: every case labelled predicted, then the verdicts."""
+    """The lines ``attention-bench predict`` prints: every case labelled predicted, then the verdicts."""
     label = there.source
     lines = [f"# {label}", f"# cases: {run} (its operators; 'here' is what that run measured)"]
     lines += [f"# note: {n}" for n in there.notes]
@@ -127,7 +127,7 @@ def report(table: pd.DataFrame, there: perfmodel.Constants, run: str) -> str:
 
 
 def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: str) -> dict:
-    """What a saved record of a prediction keeps (``python -m reports predict --record``)."""
+    """What a saved record of a prediction keeps (``attention-bench predict --record``)."""
     speedup = table.measured / table.predicted
     return {"sheet": sheet, "run": run, "source": there.source, "notes": there.notes, "cases": len(table),
             "speedup_median": float(speedup.median()), "speedup_min": float(speedup.min()),

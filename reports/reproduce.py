@@ -1,7 +1,7 @@
 """Do one machine's answers hold from run to run? Each figure of every answer, per run, with the interval each
 run states, and the figures that fall outside another run's interval.
 
-    python -m reports reproduce RUN RUN [RUN ...]      run folders of one machine (results/runs/<name>)
+    attention-bench reproduce RUN RUN [RUN ...]        run folders of one machine (results/runs/<name>)
 
 A run's figures are its analyses' numbers (``reports.analyses``: what the page's answers quote), computed
 from that run alone; a figure's interval is the one the run states (``Analysis.intervals``: between its
@@ -32,7 +32,7 @@ def figures(folder: str) -> dict:
     each key ``<analysis>.<number>``, low and high None where the run states no interval."""
     if not os.path.isfile(os.path.join(folder, "machine.json")):
         raise ValueError(f"{folder!r} is not a run folder (no machine.json): name folders that "
-                         "python -m reports or benchmarks.runner measured")
+                         "attention-bench run measured")
     table = tidy.load([folder])
     machine = next(iter(dict.fromkeys(table.machine.dropna())), None)
     analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)),
@@ -56,7 +56,7 @@ def one_machine(runs: list[dict]) -> None:
     if len(seen) > 1:
         named = "; ".join(f"{r['run']}: {r['machine']} ({r['cpu']})" for r in runs)
         raise ValueError(f"these runs are not of one machine ({named}); reproduce compares runs of one machine, "
-                         "python -m reports compare compares machines")
+                         "attention-bench compare compares machines")
 
 
 def agrees(value: float, other: tuple[float, float | None, float | None]) -> bool:

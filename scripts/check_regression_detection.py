@@ -14,7 +14,7 @@ and exits 0 only if both verdicts are right. Needs a clean commit to clone: run 
 
 ``--record`` saves what it found (each flagged row with its ratio, the verdicts, the commit, the machine,
 the time taken) as a JSON record; the README's sentence about this check is generated from it
-(``python -m reports measured <record>``).
+(``attention-bench measured <record>``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ rounds of ours / torch in the same round, the floor likewise; the spread is thei
 
 ``--record F.json`` saves every comparison (each round's times, the ratio, the floor, the target, the
 products' FLOPs, the machine, the commit) as a record of kind ``compare-with-torch``; the README's
-table is generated from it (``python -m reports measured F.json``).
+table is generated from it (``attention-bench measured F.json``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 In a throw-away clone of this repository it commits, on top of HEAD, a no-change control (a comment in
 equation (1)'s module) and one commit per slowdown fraction x that makes equation (1) spin for x times
 each real call's elapsed time after it (so the injected work scales with the machine's speed). Then, for
-each trial and each commit, back to back: the gate (``python -m benchmarks.gate``) on equation (1)'s
+each trial and each commit, back to back: the gate (``attention-bench gate``) on equation (1)'s
 forward cases, and ``asv continuous`` with each ``--asv`` setting on the same cases
 (``ScaledDotProductAttention.time_forward``, in asv's own virtualenvs), both against the clone's HEAD.
 Each counts the CPU cases flagged slower: the detection rate (flagged / cases) for each slowdown, the
@@ -12,7 +12,7 @@ false-alarm rate for the control.
     .venv/bin/python scripts/gate_sensitivity.py [--slowdowns 0.05,0.1,0.2] [--trials 3] \
         [--asv "--factor 1.05 --interleave-rounds -a rounds=4"] [--record results/gate/sensitivity.json]
 
-Needs a clean commit to clone: run it after committing. ``python -m reports measured <record>`` renders it.
+Needs a clean commit to clone: run it after committing. ``attention-bench measured <record>`` renders it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from scripts.check_regression_detection import BENCH, parse_row  # noqa: E402
 #: asv's own noise controls, at the setting that did best in its own measurement here (--interleave-rounds
 #: over 4 rounds, a 5% factor)
 ASV_SETTINGS = ["--factor 1.05 --interleave-rounds -a rounds=4"]
-GATE = "python -m benchmarks.gate"
+GATE = "attention-bench gate"
 
 SPIN = '''
 
@@ -73,8 +73,9 @@ def commit_change(repo: str, base: str, text: str, message: str) -> str:
 
 
 def gate(repo: str, base: str, head: str, budget: float, record: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gate", base, head, "--area", "attention", "--method",
-                           "forward", "--device", "cpu", "--budget", str(budget), "--record", record,
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "gate", base, head, "--grid", "quick", "--area",
+                           "attention", "--method", "forward", "--device", "cpu", "--budget", str(budget), "--record",
+                           record,
                            "--no-progress"], cwd=repo, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"the gate failed (exit {done.returncode}): {done.stderr[-2000:]}")

@@ -19,7 +19,7 @@ time; C3: 64 heads over 1).
     .venv/bin/python scripts/regime_effects.py [--settings passive,allocator,threads-set,idle] [--budget 40] \
         [--record docs/measured/<date>-vm-regime.json]
 
-``python -m reports measured <record>`` renders it.
+``attention-bench measured <record>`` renders it.
 """
 
 from __future__ import annotations

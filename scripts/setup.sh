@@ -3,7 +3,7 @@
 # torch==2.13.0 comes first: it is the tested CPU build, and a bare "torch" requirement could pull a
 # multi-GB CUDA build. A GPU machine that already has a CUDA torch can skip this and `pip install -e .`.
 #   --history   also fetch the JavaScript asv's history site loads (npm ci in reports/history_js), so that
-#               `python -m reports history` publishes a site that opens offline
+#               `attention-bench site` publishes a site that opens offline
 #   --browser   --history, and Debian's chromium (for the browser tests) if it is not on PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."

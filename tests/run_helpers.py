@@ -11,11 +11,9 @@ import sys
 import pytest
 import torch
 
-from benchmarks import pairs, profile
-from benchmarks import runner as runner_cli
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import constants, machine, runner
 from benchmarks.core import measure as measuring
-from reports.__main__ import main as reports_main
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
         ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]
@@ -66,18 +64,20 @@ def files(folder):
     return out
 
 
-def cli(*args, module="reports"):
-    """The command in a real subprocess, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+#: the main job's measuring only: no profile, no pairs, no report
+MEASURE_ONLY = ("run", "--no-report", "--no-profile", "--pairs-budget", "0")
+
+
+def cli(*args):
+    """``attention-bench ARGS`` in a real subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "attention_bench", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
 
 
-def in_process(capsys, *args, module="reports"):
-    """The command's main() in this process (faster); (exit code, stderr)."""
-    main = {"reports": reports_main, "benchmarks.runner": runner_cli.main, "benchmarks.profile": profile.main,
-            "benchmarks.pairs": pairs.main}[module]
+def in_process(capsys, *args):
+    """``attention-bench ARGS`` in this process (faster); (exit code, stderr)."""
     try:
-        code = main(list(args))
+        code = attention_bench(list(args))
     except SystemExit as exit:  # argparse's errors
         code = exit.code
     return code, capsys.readouterr().err

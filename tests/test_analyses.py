@@ -234,7 +234,7 @@ def test_hardware_ratios_raw_and_per_gemm_peak():
     assert s.machine == "fast" and s.cases == 14
     assert s.median_speedup == pytest.approx(2.0) and s.median_speedup_per_peak == pytest.approx(1.0)
     alone = hardware.analyse_hardware(table(model_times()))
-    assert alone.missing and "python -m reports build" in alone.verdict
+    assert alone.missing and "attention-bench report results/runs/<a>" in alone.verdict
 
 
 def test_hardware_puts_the_gap_the_constants_predict_beside_the_measured_one():

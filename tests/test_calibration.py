@@ -13,9 +13,9 @@ import pytest
 import torch
 from run_helpers import measure
 
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import machine, records
 from reports import tidy
-from reports.__main__ import main as reports_main
 
 PLAN = [("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"})]
 
@@ -57,7 +57,7 @@ def test_a_case_above_its_peak_raises_the_peak_and_is_flagged_everywhere(tmp_pat
     best = t[t.metric == "achieved_flops_per_s"].value.max()
     assert peak.value == best and "raised from the calibrated 0.1 GFLOP/s" in peak.reason
     assert "calibration read low" in peak.reason
-    assert reports_main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
+    assert attention_bench(["csv", run, "--csv", str(tmp_path / "t.csv")]) == 0
 
     csv = pd.read_csv(tmp_path / "t.csv")
     assert csv[csv.metric == "fraction_of_peak"].value.max() == 1.0  # the CSV is the same table
@@ -108,7 +108,7 @@ def test_an_impossible_record_is_not_counted_and_raises_no_peak(tmp_path, fake_p
     peaks = t[t.metric == "gemm_peak_flops_per_s"]
     assert (peaks.value == 1e11).all() and peaks.reason.isna().all()  # no peak raised by it
     assert (t[t.metric == "fraction_of_peak"].value <= machine.PEAK_TOLERANCE).all()
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert "an impossible record" in open(tmp_path / "r" / "index.html").read()
 
 
@@ -116,6 +116,6 @@ def test_a_raised_peak_is_said_on_the_page_with_its_calibration(tmp_path, monkey
     monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
         machine.peak_key("cpu", "float32", t): 1e8 for t in (None, *threads)})
     run = measure(tmp_path / "run", PLAN)
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
     assert "Read with care:" in page and "raised from the calibrated 0.1 GFLOP/s" in page

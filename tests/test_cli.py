@@ -1,4 +1,4 @@
-"""The command line: measure + report, build from results, compare, csv, and clear errors."""
+"""The command line: run (measure + report), report from results, compare, csv, and clear errors."""
 
 import json
 import os
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from run_helpers import measure
 
+from attention_bench.cli import main
 from benchmarks import cases
 from benchmarks.core import machine, records
 from benchmarks.core import runner as core_runner
 from reports import ranges
-from reports.__main__ import main
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     monkeypatch.setattr(core_runner, "EXTRA_ROUNDS", 1)  # one more process, not two, for a case in two modes
     # the main job as the README runs it (three processes per case, profiles, the paired ratios), its pairs
     # given 6 s instead of 45 (a pair's record and its row in the page need no more)
-    assert main(["--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
+    assert main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
                  "--min-run-time", "0.01", "--pairs-budget", "6", "--no-progress"]) == 0
     assert len(os.listdir(os.path.join(run, "profiles"))) == len(cases.profile_set("quick"))  # profiled too
     index = capsys.readouterr().out.strip().splitlines()[-1]
@@ -42,11 +42,11 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     assert not [m for m, v in zip(csv.metric, csv.value) if ranges.why_out_of_range(m, v)]
 
     again = str(tmp_path / "again")
-    assert main(["build", run, "--report", again]) == 0
+    assert main(["report", run, "--report", again]) == 0
     page = open(os.path.join(again, "index.html")).read()
     assert page.count("<section") == 20 and "trace.json.gz" in page
 
-    assert main(["csv", run, "--out", str(tmp_path / "t.csv")]) == 0
+    assert main(["csv", run, "--csv", str(tmp_path / "t.csv")]) == 0
     table = pd.read_csv(tmp_path / "t.csv")
     assert set(table.machine) == {"box"} and (table.metric == "time").any()
 
@@ -61,10 +61,10 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
 
 
 def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):
-    assert main(["build", str(tmp_path), "--report", str(tmp_path / "r")]) == 2
+    assert main(["report", str(tmp_path), "--report", str(tmp_path / "r")]) == 2
     assert "neither a runner output folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["--grid", "huge"])
+        main(["run", "--grid", "huge"])
     assert "invalid choice: 'huge'" in capsys.readouterr().err
 
 
@@ -75,7 +75,7 @@ def test_the_claims_page_is_generated_from_the_claims_the_report_shows(capsys):
     page = capsys.readouterr().out
     assert page == claims.markdown()
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "CLAIMS.md")) as f:
-        assert f.read() == page, "docs/CLAIMS.md is stale: python -m reports claims > docs/CLAIMS.md"
+        assert f.read() == page, "docs/CLAIMS.md is stale: attention-bench claims > docs/CLAIMS.md"
     for c in claims.CLAIMS:
         assert c.claim in page
 
@@ -90,8 +90,8 @@ def test_the_docs_measured_figures_are_generated_from_the_saved_runs_they_name(p
     kinds = set()
     for name, only, block in blocks:
         record = measured.load(os.path.join(root, name))
-        flag = (f" --only {','.join(only)}" if only else "") + ("" if page == measured.README else f" --for {page}")
-        stale = f"{page} is stale: python -m reports measured {name}{flag}"
+        flag = "".join(f" --analysis {k}" for k in only or ()) + ("" if page == measured.README else f" --for {page}")
+        stale = f"{page} is stale: attention-bench measured {name}{flag}"
         assert block == measured.markdown(record, name, only, page), stale
         link = os.path.relpath(name, os.path.dirname(page) or ".")  # the block's link, from the page's folder
         assert os.path.exists(os.path.join(root, os.path.dirname(page), link))
@@ -169,14 +169,15 @@ def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, scri
 
 @pytest.mark.slow
 def test_the_commands_run_from_any_folder(tmp_path):
-    """``cd anywhere && <repo>/.venv/bin/python -m benchmarks.runner`` (or ``-m reports``): the packages are
-    installed (scripts/setup.sh), not found through the current folder."""
-    for module, args, says in (("benchmarks.runner", ["--help"], "usage: python -m benchmarks.runner"),
-                               ("benchmarks.distributed", ["--help"], "usage:"),
-                               ("reports", ["claims"], "# The claims attention-bench tests")):
-        done = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=120)
-        assert done.returncode == 0 and says in done.stdout, (module, done.stderr[-2000:])
+    """``cd anywhere && <repo>/.venv/bin/attention-bench`` (or ``python -m attention_bench``, as torchrun starts
+    it): the packages are installed (scripts/setup.sh), not found through the current folder."""
+    script = os.path.join(os.path.dirname(sys.executable), "attention-bench")
+    for command, says in (([script, "run", "--help"], "usage: attention-bench run"),
+                          ([sys.executable, "-m", "attention_bench", "ranks", "--help"],
+                           "usage: attention-bench ranks"),
+                          ([script, "claims"], "# The claims attention-bench tests")):
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and says in done.stdout, (command, done.stderr[-2000:])
 
 
 @pytest.mark.slow

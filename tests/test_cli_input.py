@@ -8,26 +8,29 @@ import os
 
 import pytest
 import torch
-from run_helpers import PLAN, cli, in_process, measure
+from run_helpers import MEASURE_ONLY, PLAN, cli, in_process, measure
 
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import runner
 from reports import html, tidy
-from reports.__main__ import main as reports_main
 from reports.analyses import c1_length, heads
+
+#: the main job, and its measuring alone
+RUNS = [("run",), MEASURE_ONLY]
 
 
 @pytest.mark.slow
 def test_min_run_time_nan_in_a_real_subprocess(tmp_path):
-    done = cli("--min-run-time", "nan", "--out", str(tmp_path / "run"), "--no-progress")
+    done = cli("run", "--min-run-time", "nan", "--out", str(tmp_path / "run"), "--no-progress")
     assert done.returncode == 2 and "--min-run-time: must be a finite number of seconds > 0, got 'nan'" in done.stderr
     assert not os.path.exists(tmp_path / "run")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "abc"])
-@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
-def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, module):
-    code, err = in_process(capsys, f"--min-run-time={value}", "--out", str(tmp_path / "run"), "--no-progress",
-                           module=module)
+@pytest.mark.parametrize("command", RUNS)
+def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, command):
+    code, err = in_process(capsys, *command, f"--min-run-time={value}", "--out", str(tmp_path / "run"),
+                           "--no-progress")
     assert code == 2 and "--min-run-time" in err and value in err
     assert not os.path.exists(tmp_path / "run")
 
@@ -35,10 +38,9 @@ def test_min_run_time_must_be_a_finite_positive_number(tmp_path, capsys, value, 
 @pytest.mark.parametrize("value, allowed", [(v, ">= 1") for v in ("0", "-3", "2.5", "five")]
                          # bounded, instead of running until killed: each round is a pass over the grid
                          + [(v, "from 1 to 100") for v in ("101", "99999999999999999999")])
-@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
-def test_rounds_must_be_a_whole_number_from_1_to_100(tmp_path, capsys, value, allowed, module):
-    code, err = in_process(capsys, f"--rounds={value}", "--out", str(tmp_path / "run"), "--no-progress",
-                           module=module)
+@pytest.mark.parametrize("command", RUNS)
+def test_rounds_must_be_a_whole_number_from_1_to_100(tmp_path, capsys, value, allowed, command):
+    code, err = in_process(capsys, *command, f"--rounds={value}", "--out", str(tmp_path / "run"), "--no-progress")
     assert code == 2 and f"--rounds: must be a whole number {allowed}, got {value!r}" in err
     assert not os.path.exists(tmp_path / "run")
 
@@ -55,15 +57,14 @@ def test_python_api_refuses_nan_seconds(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize("module", ["reports", "benchmarks.runner"])
-def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, module):
+@pytest.mark.parametrize("command", RUNS)
+def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, command):
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("a good report")
     (report / "report.json").write_text(json.dumps({k: [] for k in html.REPORT_FIELDS}))  # one this command wrote
-    done = cli("--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report), "--no-progress",
-               module=module) if module == "reports" else cli("--device", "cuda", "--out", str(tmp_path / "run"),
-                                                                module=module)
+    done = cli(*command, "--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report),
+               "--no-progress")
     assert done.returncode == 2 and "no CUDA device" in done.stderr and "allowed here: cpu" in done.stderr
     assert (report / "index.html").read_text() == "a good report" and not os.path.exists(tmp_path / "run")
 
@@ -78,7 +79,7 @@ def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
     (report / "report.json").write_text(json.dumps({k: [] for k in html.REPORT_FIELDS}))  # one this command wrote
     if torch.cuda.is_available():
         pytest.skip("the CUDA case runs here")
-    assert reports_main(["build", run, "--report", str(report)]) == 2
+    assert attention_bench(["report", run, "--report", str(report)]) == 2
     err = capsys.readouterr().err
     assert "no case was measured" in err and "skipped" in err and "left as it is" in err
     assert (report / "index.html").read_text() == "a good report"
@@ -87,9 +88,9 @@ def test_a_report_of_nothing_measured_is_refused(tmp_path, fake_peaks, capsys):
 @pytest.mark.slow
 def test_replacing_a_report_says_what_it_replaced(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run")
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert "replaced" not in capsys.readouterr().err
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert f"replaced the report in {tmp_path / 'r'}" in err and run in err
 
@@ -100,27 +101,26 @@ def test_replacing_a_report_says_what_it_replaced(tmp_path, fake_peaks, capsys):
 ])
 def test_an_output_path_that_cannot_be_a_folder_is_refused_before_measuring(tmp_path, capsys, make_bad):
     bad = make_bad(tmp_path / "taken")
-    for module in ("reports", "benchmarks.runner", "benchmarks.profile"):
-        extra = ["--set", "quick"] if module == "benchmarks.profile" else ["--grid", "quick", "--no-progress"]
-        code, err = in_process(capsys, "--out", bad, *extra, module=module)
+    for command in (*RUNS, ("profile", "--set", "quick")):
+        code, err = in_process(capsys, *command, "--out", bad, "--grid", "quick", "--no-progress")
         assert code == 2 and bad in err and "--out" in err, err
     assert (tmp_path / "taken").read_text() == "a file"
-    code, err = in_process(capsys, "--report", str(tmp_path / "taken" / "r"), "--out", str(tmp_path / "run"),
+    code, err = in_process(capsys, "run", "--report", str(tmp_path / "taken" / "r"), "--out", str(tmp_path / "run"),
                            "--no-progress")
     assert code == 2 and "--report" in err and not os.path.exists(tmp_path / "run" / "cases")
 
 
 def test_a_folder_that_cannot_be_written_is_refused(tmp_path, capsys):
     unwritable = "/proc/attention-bench-run"  # not writable, not even by root
-    code, err = in_process(capsys, "--out", unwritable, "--no-progress", module="benchmarks.runner")
+    code, err = in_process(capsys, *MEASURE_ONLY, "--out", unwritable, "--no-progress")
     assert code == 2 and f"--out {unwritable!r}: cannot write there" in err
 
 
 def test_csv_to_a_missing_folder_is_a_clear_error(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run")
-    assert reports_main(["csv", run, "--out", "/nonexistent/dir/x.csv"]) == 2
+    assert attention_bench(["csv", run, "--csv", "/nonexistent/dir/x.csv"]) == 2
     assert "the folder '/nonexistent/dir' does not exist" in capsys.readouterr().err
-    assert reports_main(["csv", run, "--out", str(tmp_path)]) == 2
+    assert attention_bench(["csv", run, "--csv", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
 
 
@@ -139,9 +139,9 @@ def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
 def test_measured_names_a_file_that_is_not_a_saved_record(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run", PLAN[:1])
     machine_json = os.path.join(run, "machine.json")
-    assert reports_main(["measured", machine_json]) == 2
+    assert attention_bench(["measured", machine_json]) == 2
     assert f"{machine_json}: not a saved report or script record" in capsys.readouterr().err
     cut = tmp_path / "cut.json"
     cut.write_text('{"analyses": [')
-    assert reports_main(["measured", str(cut)]) == 2
+    assert attention_bench(["measured", str(cut)]) == 2
     assert f"{cut}: not a JSON record" in capsys.readouterr().err

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import gate as gate_cli
+from attention_bench.cli import main as attention_bench
+from benchmarks import gate as gate_library
 from benchmarks.core import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +106,7 @@ def clone(tmp_path, change: str | None = None) -> tuple[str, str]:
 
 
 def gate(repo: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.gate", *args, "--no-progress"], cwd=repo,
+    return subprocess.run([sys.executable, "-m", "attention_bench", "gate", *args, "--no-progress"], cwd=repo,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -116,8 +117,8 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
     repo, base = clone(tmp_path, SPIN.format(x=1.0))
     record = str(tmp_path / "gate.json")
     # the sdpa backend: the math backend at n = 128 runs at one of two speeds per process (11 or 19 ms here)
-    done = gate(repo, base, "HEAD", "--area", "attention", "--device", "cpu", "--param", "backend=sdpa", "--budget",
-                "60", "--record", record)
+    done = gate(repo, base, "HEAD", "--grid", "quick", "--area", "attention", "--device", "cpu", "--param",
+                "backend=sdpa", "--budget", "60", "--record", record)
     assert done.returncode == 1, done.stderr[-2000:]
     saved = json.load(open(record))
     assert saved["kind"] == "gate" and len(saved["cases"]) == 4
@@ -131,11 +132,11 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
 
 def test_bad_input_is_a_clear_error_exit_2(tmp_path, monkeypatch, capsys):
     repo, base = clone(tmp_path)
-    monkeypatch.setattr(gate_cli, "ROOT", repo)  # its input checks, in this process (a worker is never started)
+    monkeypatch.setattr(gate_library, "ROOT", repo)  # its input checks, in this process (a worker is never started)
     monkeypatch.chdir(repo)
 
     def gate(repo, *args):
-        code = gate_cli.main([*args, "--no-progress"])
+        code = attention_bench(["gate", *args, "--no-progress"])
         return subprocess.CompletedProcess(args, code, "", capsys.readouterr().err)
 
     for args, says in ((["nosuchcommit"], "unknown commit 'nosuchcommit'"),
@@ -148,7 +149,7 @@ def test_bad_input_is_a_clear_error_exit_2(tmp_path, monkeypatch, capsys):
         f.write("\n# head differs\n")
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "head"], cwd=repo,
                    check=True)
-    for param, says in (("backend=fast", "backend is never 'fast' on grid 'quick'; allowed: math, sdpa"),
+    for param, says in (("backend=fast", "backend is never 'fast' on grid 'default'; allowed: math, sdpa"),
                         ("colour=red", "no axis 'colour' in the chosen cases"), ("backend", "give AXIS=VALUE")):
         done = gate(repo, base, "HEAD", "--area", "attention", "--param", param)
         assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -202,8 +203,8 @@ def canned_gate(monkeypatch, tmp_path, capsys, **worker):
     monkeypatch.setattr(gate, "export", lambda commit, into: into)
     monkeypatch.setattr(gate, "check_sides", lambda base, head: None)
     record = str(tmp_path / "gate.json")
-    code = gate.main(["HEAD", "HEAD", "--area", "attention", "--device", "cpu", "--param", "backend=sdpa",
-                      "--budget", "5", "--record", record, "--no-progress"])
+    code = attention_bench(["gate", "HEAD", "HEAD", "--grid", "quick", "--area", "attention", "--device", "cpu",
+                            "--param", "backend=sdpa", "--budget", "5", "--record", record, "--no-progress"])
     return code, capsys.readouterr(), json.load(open(record))
 
 

@@ -1,4 +1,4 @@
-"""asv's history site opens offline: ``python -m reports history`` publishes results of two commits of a copy
+"""asv's history site opens offline: ``attention-bench site`` publishes results of two commits of a copy
 of this project, and headless Chromium, served the site from localhost with every other host unreachable,
 draws a benchmark's graph with both commits on it and reports no error and no failed request.
 
@@ -29,7 +29,7 @@ BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """asv results of two commits of a copy of this project, published by ``python -m reports history``."""
+    """asv results of two commits of a copy of this project, published by ``attention-bench site``."""
     if not os.path.isfile(os.path.join(history.MODULES, "jquery", "dist", "jquery.min.js")):
         if REQUIRED:
             pytest.fail(f"no npm packages in {history.MODULES}: run bash scripts/setup.sh --history")
@@ -54,7 +54,7 @@ def site(tmp_path_factory):
                                      "--bench", BENCHMARK, "--set-commit-hash", sha],
                               cwd=project, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run([sys.executable, "-m", "reports", "history"], cwd=project, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "site"], cwd=project, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     index = done.stdout.splitlines()[0]

@@ -11,7 +11,7 @@ import grimp
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-PACKAGES = ("transformer", "benchmarks", "reports", "scripts")
+PACKAGES = ("attention_bench", "transformer", "benchmarks", "reports", "scripts")
 BIN = os.path.dirname(sys.executable)
 #: the most lines a module of the project may have (tests excluded)
 MAX_LINES = 420

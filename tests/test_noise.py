@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from run_helpers import PLAN, measure
 
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import machine, records, runner
 from benchmarks.core import measure as measure_
 from reports import tidy
-from reports.__main__ import main as reports_main
 from reports.analyses import noise
 
 # -- noise: interleaved control, normalised times, busy machine, noisy cases --------------------
@@ -123,7 +123,7 @@ def test_a_run_cut_short_before_its_rounds_is_labelled_incomplete_on_the_page(tm
     t = tidy.load([str(tmp_path / "run")])
     run = tidy.runs(t).iloc[0]
     assert run.rounds_planned == 3 and run.incomplete == 6 and run.rounds == 2
-    assert reports_main(["build", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
     assert "6 timed cases have fewer rounds than the 3 planned: the run was cut short" in page
 
@@ -137,7 +137,7 @@ def test_a_busy_machine_is_said_on_the_page_per_run_and_per_case(tmp_path, fake_
     listed = tidy.runs(t).iloc[0]
     assert listed.busy_cases == 3 and listed.others_cpu == "median 50%, max 90%"
     assert len(noise.busy_cases(t)) == 3 and (noise.busy_cases(t).others_cpu_share == 0.9).all()
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
     assert "was measured on a busy machine: other processes used more than 50% of the cores while 3 of" in page
     assert "Cases timed on a busy machine" in page

@@ -12,6 +12,7 @@ import pytest
 import torch
 from run_helpers import in_process
 
+from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
 from benchmarks.core import paired
 from reports import measured
@@ -71,8 +72,9 @@ def test_two_cases_in_one_worker_alternate_mirrored_and_give_the_ratio_of_their_
 @pytest.mark.slow
 def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path):
     record = tmp_path / "pairs.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.pairs", "--grid", "quick", "--only", "c1", "--budget",
-                           "3", "--record", str(record), "--no-progress"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "pairs", "--grid", "quick", "--kind", "c1",
+                           "--device", "cpu", "--budget", "3", "--record", str(record), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     saved = json.loads(record.read_text())
     assert saved["kind"] == "pairs" and len(saved["pairs"]) == len(pairs.pairs_of("c1", "quick", "cpu"))
@@ -85,9 +87,9 @@ def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path
 
 def test_bad_input_is_a_clear_error(tmp_path, capsys):
     def run(*args):
-        return in_process(capsys, *args, "--record", str(tmp_path / "r.json"), module="benchmarks.pairs")
+        return in_process(capsys, "pairs", *args, "--record", str(tmp_path / "r.json"))
 
-    code, err = run("--only", "c9")
+    code, err = run("--kind", "c9")
     assert code == 2 and "invalid choice: 'c9'" in err
     code, err = run("--budget", "0")
     assert code == 2 and "finite number of seconds > 0" in err
@@ -119,7 +121,7 @@ def test_the_paired_analysis_names_the_winner_only_outside_parity():
     assert "64 heads cost 2.20×" in a.answer
     assert a.numbers["heads_batched_cpu"] == 2.2 and len(a.tables["paired_ratios"]) == 4
     empty = analyse_paired([])
-    assert empty.missing and "python -m benchmarks.pairs --out" in empty.verdict
+    assert empty.missing and "attention-bench pairs --out" in empty.verdict
 
 
 def test_a_pairs_record_that_is_not_right_is_named_and_left_out(tmp_path, capsys):
@@ -150,7 +152,8 @@ def test_ctrl_c_keeps_the_ratios_measured_so_far_in_the_record_exit_130(tmp_path
 
     monkeypatch.setattr(pairs, "Worker", Interrupted)
     record = tmp_path / "pairs.json"
-    assert pairs.main(["--grid", "quick", "--only", "c1", "--record", str(record), "--no-progress"]) == 130
+    assert attention_bench(["pairs", "--grid", "quick", "--kind", "c1", "--record", str(record), "--device", "cpu",
+                            "--no-progress"]) == 130
     saved = json.loads(record.read_text())
     assert saved["stopped"] == "interrupted" and saved["rounds"] == 2  # two whole rounds before it
     assert {p["status"] for p in saved["pairs"]} == {"ok"} and all(p["rounds"] == 2 for p in saved["pairs"])

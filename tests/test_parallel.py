@@ -157,14 +157,14 @@ def test_without_a_process_group_the_error_says_so():
         HeadParallelMultiHeadAttention(16, 4)
 
 
-# -- the measurements over ranks (benchmarks.distributed under torchrun) --------------------------------
+# -- the measurements over ranks (attention-bench ranks under torchrun) --------------------------------
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def torchrun(ranks, *args):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
-                           "--master_port", str(29500 + ranks + os.getpid() % 1000), "-m", "benchmarks.distributed",
+                           "--master_port", str(29500 + ranks + os.getpid() % 1000), "-m", "attention_bench", "ranks",
                            *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -209,7 +209,7 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
 
 @pytest.mark.slow
 def test_bad_launches_are_clear_errors(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--out", str(tmp_path)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "ranks", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "launch with torchrun" in done.stderr
     if not torch.cuda.is_available():
@@ -228,8 +228,9 @@ def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
 
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
-                           str(29600 + os.getpid() % 1000), "-m", "benchmarks.runner", "--grid", "quick",
-                           "--area", "depth", "--out", str(out), "--no-progress"], cwd=ROOT, capture_output=True,
+                           str(29600 + os.getpid() % 1000), "-m", "attention_bench", "run", "--no-report",
+                           "--no-profile", "--pairs-budget", "0", "--grid", "quick", "--area", "depth", "--out",
+                           str(out), "--no-progress"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     plan = runner.plan("quick", ["depth"])
@@ -289,7 +290,7 @@ def test_a_rank_killed_mid_run_stops_the_others_with_a_clear_error_and_a_rerun_c
 
     out = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
-               str(29700 + os.getpid() % 1000), "-m", "benchmarks.distributed", "--grid", "quick", "--out", str(out),
+               str(29700 + os.getpid() % 1000), "-m", "attention_bench", "ranks", "--grid", "quick", "--out", str(out),
                "--min-run-time", "0.3"]
     launched = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -371,7 +372,7 @@ def test_two_machines_meet_through_torchrun_rendezvous(tmp_path):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                f"--rdzv_endpoint=127.0.0.1:{29300 + os.getpid() % 1000}", f"--rdzv_id=test{os.getpid()}",
-               "-m", "benchmarks.distributed", "--grid", "quick", "--out", str(out), "--min-run-time", "0.02"]
+               "-m", "attention_bench", "ranks", "--grid", "quick", "--out", str(out), "--min-run-time", "0.02"]
     nodes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     done = [node.communicate(timeout=300) for node in nodes]

@@ -1,6 +1,6 @@
 """The performance model through a run: constants stored with the machine, every timed case predicted in the
 tidy table (``predicted_time`` with its ``bound``) from its operators and the constants only, the validation
-and roofline on the page, and ``python -m reports predict`` for another machine."""
+and roofline on the page, and ``attention-bench predict`` for another machine."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from run_helpers import ROOT, in_process, measure, quick_measuring
 
+from attention_bench.cli import main
 from benchmarks import cases
 from benchmarks.core import perfmodel, records
 from reports import predict, tidy
-from reports.__main__ import main
 from reports.analyses.c2_roofline import analyse_roofline
 from reports.analyses.prediction import analyse_prediction, crossover_curves, pairs, where_overtakes
 from reports.analyses.runs import latest
@@ -92,7 +92,7 @@ def test_the_page_validates_the_model_per_area_and_draws_the_roofline(run):
 
 def test_predict_prints_every_case_as_predicted(run, capsys, tmp_path):
     csv = str(tmp_path / "h100.csv")
-    assert main(["predict", SHEET, "--run", run, "--csv", csv]) == 0
+    assert main(["predict", SHEET, run, "--csv", csv]) == 0
     out = capsys.readouterr().out.splitlines()
     cases = [line for line in out if not line.startswith("#") and "predicted" in line]
     assert out[0] == "# predicted from h100-sxm.json, not measured"
@@ -104,11 +104,11 @@ def test_predict_prints_every_case_as_predicted(run, capsys, tmp_path):
 def test_a_bad_datasheet_is_one_line_naming_the_field(run, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"peak_flops_per_s": 1e12, "bandwidth_bytes_per_s": 0, "op_overhead_s": 1e-6}))
-    code, err = in_process(capsys, "predict", str(bad), "--run", run)
+    code, err = in_process(capsys, "predict", str(bad), run)
     assert code == 2 and err.strip() == ("error: bad.json: bandwidth_bytes_per_s is 0; give a positive number "
                                          "(every one of peak_flops_per_s, bandwidth_bytes_per_s, op_overhead_s is "
                                          "needed)")
-    code, err = in_process(capsys, "predict", SHEET, "--run", str(tmp_path / "none"))
+    code, err = in_process(capsys, "predict", SHEET, str(tmp_path / "none"))
     assert code == 2 and "no such run folder" in err
 
 
@@ -136,5 +136,5 @@ def test_constants_that_mispredict_their_own_run_are_said_with_every_prediction(
     records.write_json_atomic(os.path.join(slow, "machine.json"), saved)
     warning = predict.self_check(slow)
     assert warning and "own constants predict its own cases" in warning and "busy machine" in warning
-    assert main(["predict", SHEET, "--run", slow]) == 0
+    assert main(["predict", SHEET, slow]) == 0
     assert "# note: WARNING: " + warning in capsys.readouterr().out

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from run_helpers import in_process
 
-from benchmarks import cases, profile
+from benchmarks import cases
 from benchmarks.core import opgraph, profiler
 
 MODEL_CASES = [("models", {"model": m, "preset": "tiny", "seq_len": 6, "batch": 2, "device": "cpu"}, method)
@@ -34,17 +35,17 @@ def test_component_matmul_flops_equal_the_analytic_model_exactly(area, params, m
     assert profiler.UNLABELLED not in counted and profiler.GLUE not in counted  # every matmul has its component
 
 
-MATH_CASE = ["--area", "attention", "--seq-len", "512", "--d-head", "64", "--backend", "math", "--causal", "False",
-             "--dtype", "float32", "--device", "cpu", "--cycles", "7"]
+MATH_CASE = ["--grid", "default", "--area", "attention", "--param", "seq_len=512", "--param", "backend=math",
+             "--device", "cpu", "--cycles", "7"]
 
 
 def profile_in_a_fresh_process(out) -> dict:
-    """``python -m benchmarks.profile`` on the math attention case, as a user runs it: a process of its own,
+    """``attention-bench profile`` on the math attention case, as a user runs it: a process of its own,
     whose allocator has not been shaped by the tests before it (fresh 64 MiB score matrices page-fault or
     not depending on what the heap held before, and that moved the timings in long test sessions)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.profile", *MATH_CASE, "--out", str(out)], cwd=root,
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "profile", *MATH_CASE, "--out", str(out)], cwd=root,
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return {**profiler.load(str(out))[0], "stderr": done.stderr}
@@ -104,19 +105,21 @@ def test_memory_at_the_peak_is_held_by_the_score_matrices(math_profile):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--area", "nope"], "unknown area 'nope'; allowed: attention"),
-    (["--area", "models", "--model", "lstm"], "--model 'lstm' is not on any grid; allowed: transformer"),
-    (["--area", "models", "--preset", "huge"], "--preset 'huge' is not on any grid; allowed: tiny, paper-base"),
-    (["--area", "models", "--seq-len", "0"], "--seq-len must be positive, got 0"),
-    (["--area", "models", "--seq-len", "-3"], "--seq-len must be positive, got -3"),
-    (["--area", "models", "--seq-len", "100"], "--seq-len '100' is not on any grid; allowed: "),
-    (["--area", "models", "--seq-len", "ten"], "--seq-len 'ten' is not an integer"),
-    (["--area", "attention", "--heads", "8"], "area 'attention' has no axis --heads"),
-    (["--area", "multihead", "--method", "generate"], "area 'multihead' has no method 'generate'"),
-    (["--set", "everything"], "unknown set 'everything'; allowed: quick, default"),
-    ([], "give --set NAME or --area AREA"),
+    (["--area", "nope"], "argument --area: invalid choice: 'nope'"),
+    (["--area", "models", "--param", "model=lstm"],
+     "--param 'model=lstm': model is never 'lstm' on grid 'default'; allowed: rnn-params, rnn-width, transformer"),
+    (["--area", "models", "--param", "preset=huge"],
+     "preset is never 'huge' on grid 'default'; allowed: paper-base, tiny"),
+    (["--area", "models", "--param", "seq_len=0"], "seq_len is never '0' on grid 'default'; allowed: "),
+    (["--area", "models", "--param", "seq_len"], "--param 'seq_len': give AXIS=VALUE"),
+    (["--area", "attention", "--param", "heads=8"], "no axis 'heads' in the chosen cases of grid 'default'"),
+    (["--area", "multihead", "--method", "generate"], "no case to profile: areas ['multihead'] have none of the "
+     "methods ['generate']"),
+    (["--set", "everything"], "argument --set: invalid choice: 'everything' (choose from 'quick', 'default')"),
+    (["--set", "quick", "--area", "models"], "--set 'quick' names its cases: give it alone"),
+    ([], "give --set NAME, or --area AREA"),
 ])
 def test_bad_input_is_a_clear_error(argv, message, capsys, tmp_path):
-    assert profile.main(argv + ["--out", str(tmp_path)]) == 2
-    assert message in capsys.readouterr().err
+    code, err = in_process(capsys, "profile", *argv, "--out", str(tmp_path))
+    assert code == 2 and message in err, err
     assert not os.path.exists(os.path.join(tmp_path, "profiles"))  # nothing half-written

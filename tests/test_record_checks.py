@@ -12,9 +12,9 @@ import pytest
 from run_helpers import PLAN, measure, quick_measuring
 from test_tidy import write_asv_results
 
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import machine, records, runner
 from reports import tidy
-from reports.__main__ import main as reports_main
 
 #: (what is done to a timed record, the words that say why it cannot be right)
 DAMAGE = [
@@ -88,7 +88,7 @@ def test_a_record_that_cannot_be_right_is_named_and_not_counted(change, why, cop
 def test_an_invalid_record_is_said_on_the_page_and_measured_again(tmp_path, fake_peaks, capsys, change, why, copy):
     run = copy
     path = damaged(run, change)
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert f"warning: invalid record, not counted: {path}: " in err and why in err
     page = open(tmp_path / "r" / "index.html").read()
@@ -109,7 +109,7 @@ def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_
     assert len(other) == 1 and "measured at commit ffffffff" in other.reason.iloc[0]
     assert set(t.commit.dropna()) == {records.commit()}  # one commit in the table, the folder's
     assert set(tidy.runs(t).commit) == {records.short(records.commit())}
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert f"warning: other commit record, not counted: {path}" in capsys.readouterr().err
 
 
@@ -133,7 +133,7 @@ def test_a_damaged_gemm_peak_is_recalibrated_by_the_runner_and_refused_by_the_re
     key = next(iter(meta["gemm_peaks"]))
     meta["gemm_peaks"][key] = -1.0
     records.write_json_atomic(os.path.join(run, "machine.json"), meta)
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 2
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 2
     assert f"GEMM peak {key!r}: -1.0 is not a positive finite FLOP/s" in capsys.readouterr().err
     runner.Runner(run, min_run_time=0.01, name="vm").run(PLAN, progress=False)
     assert records.read_json(os.path.join(run, "machine.json"))["gemm_peaks"][key] > 0
@@ -159,6 +159,6 @@ def test_a_profile_that_cannot_be_right_is_named_and_left_out(tmp_path, fake_pea
     records.write_json_atomic(str(wrong), {"area": "models", "method": "forward", "params": {}, "unprofiled_s": 0.1,
                                            "memory_by_component": {},
                                            "components": [{"component": "attention.softmax", "time_s": -1.0}]})
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert f"{wrong}: component 'attention.softmax': time -1.0 s" in err and "this profile is left out" in err

@@ -53,7 +53,7 @@ def test_report_folder_is_self_contained(report):
     assert images and all(f'src="{f}"' in page for f in images)
     assert "http://" not in page and "https://" not in page  # nothing fetched from elsewhere
     assert "No GPU results" in page or "no GPU results" in page  # missing parts say so
-    assert "python -m reports build" in page  # a single machine says how to add another
+    assert "attention-bench report" in page  # a single machine says how to add another
     # every relative link (traces, memory figures, results.csv) points at a file inside the report folder
     links = re.findall(r'href="([^"#:]+)"', page)
     assert any(link.endswith("trace.json.gz") for link in links)

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from run_helpers import measure
 
-from reports import tidy
-from reports.__main__ import main as reports_main
+from attention_bench.cli import main as attention_bench
+from reports import sensitivity, tidy
 
 # -- tables never show NaN, None or <NA> ------------------------------------------------------
 
@@ -24,7 +24,7 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
     cells = re.findall(r"<td>([^<]*)</td>", html._html(frame))
     assert cells == ["1", "a", "1.5", "2026-01-01 00:00:00", "—", "—", "—", "—"]
     a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
-    assert reports_main(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     page = open(tmp_path / "r" / "index.html").read()
     for text in (out, page):
@@ -48,7 +48,7 @@ def test_an_agreement_names_the_rounds_each_run_was_timed_in(tmp_path, fake_peak
     t = tidy.load([a, b])
     assert set(t[t.metric == "time"].groupby("run").rounds.max().items()) == {(os.path.normpath(a), 1),
                                                                               (os.path.normpath(b), 2)}
-    assert reports_main(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
     assert f"{os.path.normpath(b)} against {os.path.normpath(a)} (timed in 1 and 2 rounds)," in capsys.readouterr().out
     record = measured.load(str(tmp_path / "r" / "report.json"))
     assert record["agreement"][0]["rounds"] == [1, 2]
@@ -67,17 +67,16 @@ def sensitivity_record(generated: str, slower: int) -> dict:
 
 def test_the_newest_sensitivity_record_is_the_one_shown(tmp_path):
     from benchmarks.core.records import write_json_atomic
-    from reports import measured
 
     write_json_atomic(str(tmp_path / "a.json"), sensitivity_record("2026-12-01T10:00:00", 0))
     write_json_atomic(str(tmp_path / "b.json"), sensitivity_record("2026-12-05T10:00:00", 1))
     (tmp_path / "c.json").write_text("{not json")
-    path, record = measured.latest_sensitivity([str(tmp_path / "*.json")])
+    path, record = sensitivity.latest([str(tmp_path / "*.json")])
     assert path.endswith("b.json") and record["generated"].startswith("2026-12-05")
-    table = measured.sensitivity_table(record)
-    assert list(table["method"]) == ["python -m benchmarks.gate"] * 2 + ["asv continuous --factor 1.05"] * 2
+    table = sensitivity.table(record)
+    assert list(table["method"]) == ["attention-bench gate"] * 2 + ["asv continuous --factor 1.05"] * 2
     assert list(table["injected"])[:2] == ["none (a comment)", "10%"]
-    assert measured.latest_sensitivity([str(tmp_path / "none-*.json")]) is None
+    assert sensitivity.latest([str(tmp_path / "none-*.json")]) is None
 
 
 @pytest.mark.slow
@@ -86,12 +85,12 @@ def test_the_report_shows_what_a_regression_check_sees_here(tmp_path, fake_peaks
 
     run = measure(tmp_path / "run")
     monkeypatch.chdir(tmp_path)
-    assert reports_main(["build", run, "--report", str(tmp_path / "r1")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r1")]) == 0
     first = (tmp_path / "r1" / "index.html").read_text()
     assert "Not measured here: <code>python scripts/gate_sensitivity.py</code>" in first
     saved = tmp_path / "results" / "gate" / "sensitivity.json"
     write_json_atomic(str(saved), sensitivity_record("2026-12-05T10:00", 0))
-    assert reports_main(["build", run, "--report", str(tmp_path / "r2")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r2")]) == 0
     page = (tmp_path / "r2" / "index.html").read_text()
     assert "What a regression check sees on this machine" in page and "results/gate/sensitivity.json" in page
     assert "asv continuous --factor 1.05" in page and "8 of 8" in page and "3 of 8" in page

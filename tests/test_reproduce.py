@@ -8,8 +8,8 @@ import shutil
 import pytest
 from run_helpers import PLAN, measure
 
+from attention_bench.cli import main as attention_bench
 from reports import reproduce
-from reports.__main__ import main as reports_main
 
 
 def _run(name, machine="vm", **figures):
@@ -49,16 +49,16 @@ def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, ca
     second = str(tmp_path / "two")
     shutil.copytree(first, second)
     record = str(tmp_path / "repro.json")
-    assert reports_main(["reproduce", first, second, "--record", record]) == 0
+    assert attention_bench(["reproduce", first, second, "--record", record]) == 0
     out = capsys.readouterr().out
     assert "2 runs of vm" in out and "0 fall outside another run's interval" in out
     saved = json.load(open(record))
     assert saved["kind"] == "reproducibility" and saved["summary"]["figures"] > 0
     assert any(f["figure"].startswith("c1_length.speedup_") for f in saved["figures"])
     other = measure(tmp_path / "three", PLAN, name="laptop")
-    assert reports_main(["reproduce", first, other]) == 2
+    assert attention_bench(["reproduce", first, other]) == 2
     assert "not of one machine" in capsys.readouterr().err
-    assert reports_main(["reproduce", first, str(tmp_path)]) == 2
+    assert attention_bench(["reproduce", first, str(tmp_path)]) == 2
     assert "is not a run folder" in capsys.readouterr().err
     assert os.path.exists(record)
 

@@ -12,12 +12,12 @@ import subprocess
 import sys
 
 import pytest
-from run_helpers import PLAN, ROOT, files, in_process, measure
+from run_helpers import MEASURE_ONLY, PLAN, ROOT, files, in_process, measure
 
+from attention_bench.cli import main as attention_bench
 from benchmarks.core import guards, lock, machine, records, runner
 from benchmarks.core import measure as measure_
 from reports import columns, figures, tidy
-from reports.__main__ import main as reports_main
 from reports.analyses import registry, runs
 
 
@@ -40,7 +40,7 @@ def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(t
     assert set(used.run) == {os.path.normpath(without)} and (used.status == "ok").any()
     first = registry.run_all(t)[0]
     assert "no models results" not in first.missing and "as fast" in first.verdict  # not "No ... results"
-    assert reports_main(["build", with_commit, without, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", with_commit, without, "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
     assert "dubious ownership" in page and "<img" in page
 
@@ -55,7 +55,7 @@ def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
     assert len(used[used.metric == "gemm_peak_flops_per_s"]) == len(t[(t.metric == "gemm_peak_flops_per_s")
                                                                       & (t.run == os.path.normpath(new))])
     page = tmp_path / "r"
-    assert reports_main(["build", old, new, "--report", str(page)]) == 0
+    assert attention_bench(["report", old, new, "--report", str(page)]) == 0
     assert "no: an older run of this machine" in open(page / "index.html").read()
 
 
@@ -65,7 +65,7 @@ def test_the_same_folder_twice_is_read_once_and_compare_needs_two_runs(tmp_path,
     assert len(tidy.load([run, run + "/", str(tmp_path / "." / "a")])) == len(once)
     before = files(tmp_path)
     for argv in (["compare", run, run], ["compare", run]):
-        assert reports_main(argv + ["--report", str(tmp_path / "cmp")]) == 2
+        assert attention_bench(argv + ["--report", str(tmp_path / "cmp")]) == 2
         assert "compare needs two runs or more" in capsys.readouterr().err
     assert files(tmp_path) == before and not os.path.exists(tmp_path / "cmp")
 
@@ -84,7 +84,7 @@ def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_rem
     assert len(bad) == 1 and cut.name in bad.reason.iloc[0] and "JSONDecodeError" in bad.reason.iloc[0]
     assert bad.area.iloc[0] == "models" and bad.seq_len.iloc[0] == 16  # which case, from the file name
     assert (t.status == "ok").sum() > 0
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert "1 unreadable records not counted" in open(tmp_path / "r" / "index.html").read()
     capsys.readouterr()
 
@@ -104,7 +104,7 @@ def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_rem
 def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_report(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run")
     (tmp_path / "run" / "machine.json").write_text("{")
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 2
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 2
     assert "machine.json: not a JSON record" in capsys.readouterr().err
     runner.Runner(run, min_run_time=0.01, name="vm").run(PLAN, progress=False)
     assert records.read_json(str(tmp_path / "run" / "machine.json"))["gemm_peaks"]
@@ -113,7 +113,7 @@ def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_re
 def test_a_folder_interrupted_after_calibration_gets_a_one_line_error(tmp_path, fake_peaks, capsys):
     r = runner.Runner(str(tmp_path / "run"), min_run_time=0.01, name="vm")
     r.calibrate([1])  # machine.json written, no case yet
-    assert reports_main(["build", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 2
+    assert attention_bench(["report", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no case was measured (no case records)") and "Traceback" not in err
 
@@ -206,7 +206,7 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
     records.write_json_atomic(str(tmp_path / "run" / "cases" / name), oom)
     limits = runs.memory_limits(tidy.load([run]))
     assert list(limits.seq_len) == [4096] and list(limits.largest_n_measured) == [16]
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert "Where memory ran out" in open(tmp_path / "r" / "index.html").read()
 
 
@@ -216,14 +216,13 @@ HOLD = ("import sys, time\nfrom benchmarks.core.lock import FolderLock\nheld = F
         "print('held', flush=True)\ntime.sleep(60)\n")
 
 
-@pytest.mark.parametrize("module", ["benchmarks.runner", "reports"])
-def test_a_second_writer_is_refused_naming_the_folder_and_its_holder(tmp_path, fake_peaks, capsys, module):
+@pytest.mark.parametrize("command", [MEASURE_ONLY, ("run",)])
+def test_a_second_writer_is_refused_naming_the_folder_and_its_holder(tmp_path, fake_peaks, capsys, command):
     run = measure(tmp_path / "run", PLAN[:1])
     before = files(run)
     with lock.FolderLock(run):  # the OS lock conflicts across open files, so a holder in this process will do
-        report = ["--report", str(tmp_path / "report")] if module == "reports" else []
-        code, err = in_process(capsys, "--grid", "quick", "--device", "cpu", "--out", run, "--no-progress", *report,
-                               module=module)
+        code, err = in_process(capsys, *command, "--grid", "quick", "--device", "cpu", "--out", run, "--no-progress",
+                               "--report", str(tmp_path / "report"))
     assert code == 2
     assert f"{run} is being written by pid {os.getpid()} on " in err and "one writer per run folder" in err
     assert {k: v for k, v in files(run).items() if not k.startswith(".lock")} == before  # nothing measured
@@ -272,8 +271,9 @@ def test_ctrl_c_prints_the_summary_so_far_exits_130_and_releases_the_folder(tmp_
 
     monkeypatch.setattr(measure_, "measure", interrupted)
     out = tmp_path / "run"
-    code, err = in_process(capsys, "--grid", "quick", "--area", "multihead", "--device", "cpu", "--out", str(out),
-                           "--no-progress", "--rounds", "1", module="benchmarks.runner")  # in this process
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick",
+                           "--area", "multihead", "--device", "cpu", "--out", str(out),
+                           "--no-progress", "--rounds", "1")  # in this process
     assert code == 130 and "Traceback" not in err
     assert "interrupted: every record written so far is whole" in err and "run the same command again" in err
     assert "Run summary" in err and "measured       1" in err
@@ -286,7 +286,7 @@ def test_a_truncated_profile_is_named_and_left_out_and_the_report_is_built(tmp_p
     cut = tmp_path / "run" / "profiles" / "models--forward--cut" / "profile.json"
     cut.parent.mkdir(parents=True)
     cut.write_text('{"area": "models", "components": [')
-    assert reports_main(["build", run, "--report", str(tmp_path / "r")]) == 0
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert f"{cut}: not a JSON record" in err and "this profile is left out" in err
     assert (tmp_path / "r" / "index.html").exists()
@@ -296,7 +296,7 @@ def test_a_report_rebuilt_on_a_disk_that_fills_leaves_the_previous_one_byte_for_
                                                                                      monkeypatch):
     run = measure(tmp_path / "run", PLAN[:1])
     report = tmp_path / "report"
-    assert reports_main(["build", run, "--report", str(report)]) == 0
+    assert attention_bench(["report", run, "--report", str(report)]) == 0
     before = files(report)
     real, saved = figures.save, []
 
@@ -307,7 +307,7 @@ def test_a_report_rebuilt_on_a_disk_that_fills_leaves_the_previous_one_byte_for_
         return real(figs, folder)
 
     monkeypatch.setattr(figures, "save", fills)
-    assert reports_main(["build", run, "--report", str(report)]) == 2
+    assert attention_bench(["report", run, "--report", str(report)]) == 2
     err = capsys.readouterr().err
     assert f"could not write the report into {str(report)!r} (No space left on device)" in err
     assert "the report that was there is left as it was" in err and "Traceback" not in err
@@ -318,8 +318,9 @@ def test_a_report_rebuilt_on_a_disk_that_fills_leaves_the_previous_one_byte_for_
 def test_another_machine_into_an_existing_run_folder_is_refused(tmp_path, fake_peaks, capsys):
     run = measure(tmp_path / "run", PLAN[:1], name="M1")
     before = files(run)
-    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--device", "cpu", "--out", run,
-                           "--machine", "M2", "--no-progress", module="benchmarks.runner")
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick",
+                           "--area", "models", "--device", "cpu", "--out", run,
+                           "--machine", "M2", "--no-progress")
     assert code == 2 and f"{run} holds a run of machine 'M1', not 'M2': one machine per run folder" in err
     assert files(run) == before
 
@@ -333,9 +334,9 @@ def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_lin
         monkeypatch.setattr(runner, "commit", lambda: "e" * 40)
     # its rounds in this process: what is moved aside does not depend on where the rounds ran
     monkeypatch.setattr(runner.Runner, "in_processes", property(lambda self: False))
-    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--device", "cpu", "--out", run,
-                           "--no-progress", "--min-run-time", "0.01", "--rounds", "2" if other == "rounds" else "1",
-                           module="benchmarks.runner")
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick",
+                           "--area", "models", "--device", "cpu", "--out", run,
+                           "--no-progress", "--min-run-time", "0.01", "--rounds", "2" if other == "rounds" else "1")
     assert code == 0, err
     earlier = os.path.join(run, "earlier", f"{records.short(records.commit())}-1r")
     note = [line for line in err.splitlines() if line.startswith("note:")]
@@ -353,8 +354,8 @@ def test_a_disk_too_full_for_the_run_is_one_line_before_calibration(tmp_path, ca
     out = tmp_path / "run"
     monkeypatch.setattr(guards.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
     monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: pytest.fail("calibrated on a full disk"))
-    code, err = in_process(capsys, "--grid", "quick", "--area", "models", "--out", str(out), "--no-progress",
-                           module="benchmarks.runner")
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick",
+                           "--area", "models", "--out", str(out), "--no-progress")
     assert code == 2 and "Traceback" not in err
     assert f"--out {str(out)!r}: 1000 bytes free on its disk, and this run needs about " in err
     assert "free some space or give another --out" in err and not (out / "machine.json").exists()
@@ -371,9 +372,10 @@ def test_a_disk_that_fills_mid_run_ends_in_one_line_and_the_summary(tmp_path, fa
 
     monkeypatch.setattr(runner, "write_json_atomic", fills)
     out = tmp_path / "run"
-    code, err = in_process(capsys, "--grid", "quick", "--area", "multihead", "--device", "cpu", "--out", str(out),
-                           "--no-progress", "--min-run-time", "0.01", "--rounds", "1", module="benchmarks.runner")
-    assert code == 1 and "Traceback" not in err
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick",
+                           "--area", "multihead", "--device", "cpu", "--out", str(out),
+                           "--no-progress", "--min-run-time", "0.01", "--rounds", "1")
+    assert code == 2 and "Traceback" not in err
     assert f"error: could not write in {out} (No space left on device): every record written before is whole" in err
     assert "Run summary" in err and "measured       2" in err
     assert all(records.problem(records.read_json(p)) is None for p in written[1:])

@@ -9,11 +9,11 @@ import os
 
 import pandas as pd
 import pytest
-from run_helpers import files, in_process
+from run_helpers import MEASURE_ONLY, files, in_process
 
 from benchmarks import pairs
 from benchmarks.core import records
-from reports import columns, html, measured, tidy
+from reports import columns, html, measured, sensitivity, tidy
 
 
 def full_disk(monkeypatch):
@@ -45,7 +45,7 @@ def fake_run(folder, commit=None):
     return folder
 
 
-@pytest.mark.parametrize("command", ["build", "compare"])
+@pytest.mark.parametrize("command", ["report", "compare"])
 def test_a_report_into_the_run_it_reads_or_a_folder_holding_runs_is_refused(tmp_path, capsys, command):
     a, b = fake_run(tmp_path / "runs" / "a"), fake_run(tmp_path / "runs" / "b")
     before = files(tmp_path)
@@ -59,14 +59,14 @@ def test_a_folder_of_a_users_files_is_not_replaced_by_a_report(tmp_path, capsys)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("months of work")
-    code, err = in_process(capsys, "build", str(fake_run(tmp_path / "run")), "--report", str(mine))
+    code, err = in_process(capsys, "report", str(fake_run(tmp_path / "run")), "--report", str(mine))
     assert code == 2 and "thesis.tex" in err and "not a report folder" in err
     assert (mine / "thesis.tex").read_text() == "months of work"
 
 
 def test_measure_refuses_a_report_in_its_own_run_folder_before_measuring(tmp_path, capsys):
     run = tmp_path / "run"
-    code, err = in_process(capsys, "measure", "--grid", "quick", "--out", str(run), "--report", str(run),
+    code, err = in_process(capsys, "run", "--grid", "quick", "--out", str(run), "--report", str(run),
                            "--no-progress")
     assert code == 2 and "--report" in err and "is the results" in err
     assert not os.path.exists(run / "cases")  # refused before anything was measured
@@ -91,7 +91,7 @@ def test_a_report_folder_this_command_wrote_is_recognised_and_nothing_else(tmp_p
 def test_csv_replaces_only_a_csv_it_wrote_and_never_leaves_a_partial_one(tmp_path, capsys, monkeypatch):
     run = fake_run(tmp_path / "run")
     before = files(run)
-    code, err = in_process(capsys, "csv", str(run), "--out", str(run / "machine.json"))
+    code, err = in_process(capsys, "csv", str(run), "--csv", str(run / "machine.json"))
     assert code == 2 and "machine.json" in err and "not a CSV this command wrote" in err
     assert files(run) == before
     out = tmp_path / "t.csv"
@@ -132,7 +132,7 @@ def test_a_script_record_replaces_only_a_record_of_its_kind(tmp_path):
 def test_an_empty_gate_sensitivity_record_is_passed_over_with_a_warning(tmp_path, capsys):
     measured.save(str(tmp_path / "empty.json"), "gate-sensitivity", None, trials=0, budget_s=1, seconds=0,
                   results={"python -m benchmarks.gate": {}}, done=True)
-    assert measured.latest_sensitivity([str(tmp_path / "*.json")]) is None
+    assert sensitivity.latest([str(tmp_path / "*.json")]) is None
     assert "no trial" in capsys.readouterr().err
 
 
@@ -152,8 +152,7 @@ def test_pairs_of_one_kind_keep_the_other_kinds_of_this_commit(tmp_path, monkeyp
 def test_pairs_refuse_a_run_folder_of_another_commit(tmp_path, capsys):
     run = fake_run(tmp_path / "run", commit="0" * 40)
     before = files(run)
-    code, err = in_process(capsys, "--grid", "quick", "--only", "c1", "--out", str(run), "--budget", "1",
-                           module="benchmarks.pairs")
+    code, err = in_process(capsys, "pairs", "--grid", "quick", "--kind", "c1", "--out", str(run), "--budget", "1")
     assert code == 2 and "holds a run of commit 00000000" in err
     assert files(run) == before
 
@@ -172,7 +171,7 @@ def test_a_pairs_record_of_another_commit_is_not_shown_as_the_runs(tmp_path, cap
 def test_a_machine_label_names_a_folder_under_results_and_nothing_else(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for bad in ("../../etc", "a/b", ".hidden", ""):
-        code, err = in_process(capsys, "--grid", "quick", "--machine", bad, "--no-progress", module="benchmarks.runner")
+        code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick", "--machine", bad, "--no-progress")
         assert code == 2 and "is not a machine label" in err, (bad, err)
     assert os.listdir(tmp_path) == []  # nothing written anywhere
 
@@ -180,9 +179,9 @@ def test_a_machine_label_names_a_folder_under_results_and_nothing_else(tmp_path,
 def test_a_symlink_loop_or_a_file_as_a_folder_is_named(tmp_path, capsys):
     loop = tmp_path / "loop"
     os.symlink(loop, loop)
-    code, err = in_process(capsys, "--grid", "quick", "--out", str(loop), "--no-progress", module="benchmarks.runner")
+    code, err = in_process(capsys, *MEASURE_ONLY, "--grid", "quick", "--out", str(loop), "--no-progress")
     assert code == 2 and "is a symbolic link" in err and "does not resolve" in err
     afile = tmp_path / "f"
     afile.write_text("mine")
-    code, err = in_process(capsys, "--grid", "quick", "--out", str(afile), "--budget", "1", module="benchmarks.pairs")
+    code, err = in_process(capsys, "pairs", "--grid", "quick", "--out", str(afile), "--budget", "1")
     assert code == 2 and f"--out {str(afile)!r} is a file" in err and afile.read_text() == "mine"

@@ -60,7 +60,7 @@ def init(backend: str | None) -> tuple[str, torch.device]:
     """Join torchrun's process group; (backend, this rank's device). Errors name the value and what is allowed."""
     if "RANK" not in os.environ:
         raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR): launch with "
-                         "torchrun --nproc_per_node=N -m benchmarks.distributed ...")
+                         "torchrun --nproc_per_node=N -m attention_bench ranks ...")
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"unknown backend {backend!r}; allowed: 'gloo' (CPU), 'nccl' (GPU)")

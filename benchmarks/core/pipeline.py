@@ -1,8 +1,7 @@
-"""One run, as every command line does it: plan the grid, check the folders, measure (spread over
-torchrun's ranks where there are several), summarise. ``python -m benchmarks.runner`` and
-``python -m reports`` measure through ``measure_grid``; the three measuring commands (those two and
-``benchmarks.distributed``) take their common options from ``add_run_options``, defined once here with
-their defaults.
+"""One run, as every measuring command does it: plan the grid, check the folders, measure (spread over
+torchrun's ranks where there are several), summarise. ``attention-bench run`` measures through
+``measure_grid``; ``attention-bench ranks`` shares the run folder's rules (``run_folder``, ``one_machine``,
+``hold``, ``one_run``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .. import cases
-from . import constants_cache, guards
+from . import guards
 from .lock import FolderBusy, FolderLock
 from .ranks import Ranks
 from .records import UnreadableRecord, read_json, short
@@ -32,25 +31,6 @@ MIN_RUN_TIME = 0.2
 ROUNDS = 3
 ROUNDS_HELP = (f"time each method in R rounds (default {ROUNDS}), each round a pass over the whole grid in a fresh "
                "process, splitting --min-run-time between them: the time is their median, its interval their range")
-
-
-def add_run_options(parser: argparse.ArgumentParser, grids: Iterable[str], default_grid: str,
-                    rounds: bool = True) -> None:
-    """The options every measuring command shares: the grid, the run folder, the machine's label, the
-    timing per method, progress (and ``--rounds`` where the command interleaves rounds)."""
-    parser.add_argument("--grid", default=default_grid, choices=list(grids),
-                        help=f"grid to measure (default {default_grid})")
-    parser.add_argument("--out", help="run folder (default results/runs/<machine>-<grid>; resumes if present)")
-    parser.add_argument("--machine", type=guards.label,
-                        help="label for this machine in reports and its run folder's name (default: the hostname)")
-    parser.add_argument("--min-run-time", type=guards.seconds, default=MIN_RUN_TIME,
-                        help=f"seconds of timing per method (default {MIN_RUN_TIME:g})")
-    if rounds:
-        parser.add_argument("--rounds", type=guards.rounds, default=ROUNDS, metavar="R", help=ROUNDS_HELP)
-    parser.add_argument("--recalibrate", action="store_true",
-                        help="measure the performance model's constants again (default: this machine's cached ones, "
-                        f"if measured within {constants_cache.MAX_AGE_DAYS} days with the same software and threads)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def machine_name(args: argparse.Namespace) -> str:
@@ -81,14 +61,14 @@ class GridRun:
             self.lock.release()
 
     def stopped(self, error: BaseException) -> int:
-        """A run stopped by Ctrl-C (exit code 130) or a full disk (1): say so in one line, with the summary
+        """A run stopped by Ctrl-C (exit code 130) or a full disk (2): say so in one line, with the summary
         so far and how to go on; any other error is raised again."""
         if isinstance(error, KeyboardInterrupt):
             said, code = "interrupted: every record written so far is whole (each is written as soon as its case " \
                          "ends); run the same command again to resume.", 130
         elif isinstance(error, OSError) and error.errno in DISK_FULL:
             said, code = f"error: could not write in {self.out} ({error.strerror}): every record written before " \
-                         "is whole; free some space and run the same command again to resume.", 1
+                         "is whole; free some space and run the same command again to resume.", 2
         else:
             raise error
         print(said + "\n" + self.runner.summary(self.runner.counts), file=sys.stderr)
@@ -113,7 +93,7 @@ def plan_run(args: argparse.Namespace, areas: Iterable[str] | None = None, extra
     areas and devices, the run folder and the free space on its disk (the records, and ``extra``: (bytes,
     what for) that the command writes there too), the timing options; under torchrun, this rank joins
     the group."""
-    todo = plan(args.grid, areas, getattr(args, "device", None))
+    todo = plan(args.grid, areas, getattr(args, "device", None), getattr(args, "param", ()))
     out = guards.writable_folder(run_folder(args), "--out")
     rounds = getattr(args, "rounds", 1)
     guards.check_free_space(out, space_needed(todo, rounds) + extra[0],

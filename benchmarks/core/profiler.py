@@ -1,7 +1,7 @@
 """Where the time goes: an operator breakdown of any case, in the paper's terms.
 
-    python -m benchmarks.profile --area models --model transformer --preset paper-base --seq-len 64 --batch 8
-    python -m benchmarks.profile --set default --out results/runs/<machine>-default
+    attention-bench profile --area models --param model=transformer --param preset=paper-base --param seq_len=64
+    attention-bench profile --set default --out results/runs/<machine>-default
 
 For one case and method (a grid case, by its parameters) this runs torch.profiler over warm calls and
 groups its events by the ``record_function`` labels the models carry (embedding, Q/K/V projections,
@@ -389,13 +389,16 @@ def load(folder: str) -> list[dict]:
     return out
 
 
-def run_set(name: str, out: str, *, cycles: int = 5, progress: bool = True) -> dict[str, int]:
-    """Profile every case of a named set (``cases.PROFILE_SETS``) into ``out``, skipping those already
-    profiled at this commit; a case that fails is reported and the set goes on."""
-    todo = cases.profile_set(name)
+def run_set(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 5, progress: bool = True
+            ) -> dict[str, int]:
+    """Profile every case of a named set (``cases.PROFILE_SETS``), or of a list of (area, params, method),
+    into ``out``, skipping those already profiled at this commit; a case that fails is reported and the set
+    goes on."""
+    todo = cases.profile_set(name) if isinstance(name, str) else name
     counts = Counter()
     here = commit()
-    for area, params, method in tqdm(todo, desc=f"profiling ({name})", unit="case", disable=not progress,
+    for area, params, method in tqdm(todo, desc=f"profiling ({name if isinstance(name, str) else len(todo)})",
+                                     unit="case", disable=not progress,
                                      file=sys.stderr):
         path = os.path.join(out, "profiles", case_key(area, method, params), "profile.json")
         if os.path.exists(path):

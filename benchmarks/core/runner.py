@@ -17,8 +17,7 @@ pages, its allocator's state, its place on the cores) moves a case's time by a f
 for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
 one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels).
 
-The command lines that use it (``python -m benchmarks.runner``, ``python -m reports``) share their
-options and sequence through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks`` spreads a grid over
+``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks`` spreads a grid over
 torchrun's ranks.
 """
 
@@ -52,8 +51,9 @@ from .records import (
 from .run_summary import NOISY, summary  # noqa: F401 (NOISY: the page's threshold too)
 
 
-def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None) -> list[tuple[str, dict]]:
-    """The (area, params) cases of a grid, optionally restricted to some areas and devices."""
+def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None,
+         params: Iterable[str] = ()) -> list[tuple[str, dict]]:
+    """The (area, params) cases of a grid, optionally restricted to some areas, devices and AXIS=VALUEs."""
     if grid not in cases.GRIDS:
         raise ValueError(f"unknown grid {grid!r}; allowed: {', '.join(cases.GRIDS)}")
     known = list(cases.GRIDS[grid])
@@ -66,12 +66,9 @@ def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] |
         if d not in ("cpu", "cuda"):
             raise ValueError(f"unknown device {d!r}; allowed: 'cpu', 'cuda'")
     guards.check_devices(devices)
-    out = []
-    for area in areas:
-        for params in cases.combinations(area, grid):
-            if devices is None or params.get("device", "cpu") in devices:
-                out.append((area, params))
-    return out
+    out = [(area, p) for area in areas for p in cases.combinations(area, grid)
+           if devices is None or p.get("device", "cpu") in devices]
+    return cases.restrict(out, list(params), grid)
 
 
 class Runner:

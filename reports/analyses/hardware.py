@@ -17,9 +17,9 @@ def analyse_hardware(t: pd.DataFrame) -> Analysis:
     if len(machines) < 2:
         return a.without("a second machine's results", (
             f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, measure on "
-            f"another machine (python -m reports --machine <name>, or python -m benchmarks.runner --out "
+            f"another machine (attention-bench run --machine <name>, or attention-bench run --out "
             f"results/runs/<name>) and build the report from both folders: "
-            f"python -m reports build results/runs/<a> results/runs/<b>."))
+            f"attention-bench report results/runs/<a> results/runs/<b>."))
     base = machines[0]
     times = t[(t.metric == "time") & (t.status == "ok") & (t.area != "gemm")].dropna(subset=["value"])
     times = times.assign(device=times.device.fillna("cpu"), run_threads=times.threads)

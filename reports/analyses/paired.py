@@ -17,7 +17,7 @@ from transformer import PRESETS
 from .base import Analysis, fmt_ratio
 
 MISSING = ("No paired ratios in this run: the main job times them after the grid (`--pairs-budget`), or run "
-           "`python -m benchmarks.pairs --out RUN_FOLDER`.")
+           "`attention-bench pairs --out RUN_FOLDER`.")
 
 
 def d_model(preset: str) -> int:

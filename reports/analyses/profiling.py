@@ -1,6 +1,6 @@
 """Where the time goes: the profiles' component breakdowns as tables and a verdict (pure, like analyses).
 
-Profiles are the records ``python -m benchmarks.profile`` writes (``<run>/profiles/<case>/profile.json``).
+Profiles are the records ``attention-bench profile`` writes (``<run>/profiles/<case>/profile.json``).
 ``table(records)`` gives one row per case and component; ``case_table`` one row per case; the
 analyses read them: the breakdown itself, why the Transformer and the RNN trade places (C1), and which
 component's time grows with the head count (C3/C4).
@@ -53,7 +53,7 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
     """The breakdowns: time share per component of every profiled case, the checks, the traces."""
     a = Analysis("profiling", "Where the time goes: profiles in the paper's components", "Profiling", "")
     if t.empty:
-        return a.without("no profiles", "No profiles: run python -m benchmarks.profile --set default --out <run "
+        return a.without("no profiles", "No profiles: run attention-bench profile --set default --out <run "
                                         "folder> (the main command does).")
     cases = case_table(t)
     cases["label"] = [f"{r.area}: {_describe(r)}" for _, r in cases.iterrows()]

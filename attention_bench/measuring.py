@@ -1,0 +1,232 @@
+"""The commands that measure: run (the main job), pairs, gate, profile and ranks (under torchrun). Each parses its
+flags (``options``), calls the library and prints the result; the measuring lives in ``benchmarks``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+from benchmarks import cases, distributed, gate, pairs
+from benchmarks.core import guards, pipeline, profiler
+from reports import html, publish
+
+from . import options
+
+#: bytes a report (page, figures, CSV; about 4 MB of the default grid) and the profiles and their traces
+#: (about 2 MB) may take at most
+REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
+#: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles
+PAIRS_BUDGET_S = 45.0
+#: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
+PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
+
+
+def _local_devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+# -- run: the main job ------------------------------------------------------------------------------
+
+def add_run(p: argparse.ArgumentParser) -> None:
+    options.add(p, "--grid", "--area", "--param", "--device", "--out", "--machine", "--rounds", "--min-run-time",
+                "--recalibrate", "--report")
+    p.add_argument("--no-profile", action="store_true", help="profile no case")
+    p.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
+                   help="seconds per device for timing the verdicts' ratios paired after the grid (as attention-bench "
+                   f"pairs does; default {PAIRS_BUDGET_S:g}, 0: none)")
+    p.add_argument("--no-report", action="store_true", help="measure only: the run folder holds the results, and "
+                   "attention-bench report builds the report from it later")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the grid into the run folder (resumable; under torchrun, this rank's share), profile, time the
+    pairs, write the report and print its path."""
+    start = time.time()
+    report = not args.no_report
+    if report:
+        html.check_replaceable(args.report, [pipeline.run_folder(args)])
+        guards.writable_folder(args.report, "--report")
+        guards.check_free_space(args.report, 2 * REPORT_BYTES, "--report", "the report, built beside the old one")
+    # under torchrun: this rank's share of the grid; rank 0 profiles and reports
+    run = pipeline.plan_run(args, args.area, extra=(0, "") if args.no_profile else (PROFILE_BYTES, " and the profiles"))
+    ranks, out = run.ranks, run.out
+    print(f"Measuring the {args.grid!r} grid ({len(run.todo)} cases) into {out}"
+          + (f", rank {ranks.rank} of {ranks.world}: {len(run.share)} cases" if ranks.world > 1 else ""),
+          file=sys.stderr)
+    try:
+        _, total = pipeline.measure_grid(run, progress=not args.no_progress)
+        if ranks.rank != 0:
+            return 0
+        if ranks.world > 1:
+            print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()), file=sys.stderr)
+        if not args.no_profile:
+            profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+            print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+        if args.pairs_budget:
+            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(_local_devices()))
+    except (KeyboardInterrupt, OSError) as error:
+        return run.stopped(error)
+    finally:
+        run.release()
+    if not report:
+        print(os.path.abspath(out))
+        return 0
+    index = publish.build([out], args.report)
+    print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
+    print(os.path.abspath(index))
+    return 0
+
+
+def _time_pairs(args, out: str, devices: set[str]) -> None:
+    """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured;
+    a worker that dies is said, and the report goes on without that device's pairs."""
+    for device in sorted(devices):
+        kinds = [k for k in pairs.KINDS if pairs.pairs_of(k, args.grid, device)]
+        if not kinds:
+            continue
+        try:
+            pairs.measure(kinds, args.grid, device, args.pairs_budget,
+                          os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress)
+        except (pairs.WorkerDied, ValueError) as error:
+            print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
+
+
+# -- pairs ------------------------------------------------------------------------------------------
+
+def add_pairs(p: argparse.ArgumentParser) -> None:
+    options.add(p, "--grid", "--device", "--budget", "--out", "--record")
+    p.add_argument("--kind", action="append", choices=list(pairs.KINDS),
+                   help="only the pairs of this kind (repeatable; default: every kind)")
+    p.add_argument("--fixed-allocator", action="store_true",
+                   help="run the worker with glibc's allocator fixed, as the gate does (no page faults on large "
+                   "tensors), instead of the users' default allocator, which the grid runs with")
+
+
+def time_pairs(args: argparse.Namespace) -> int:
+    """Each verdict's ratio timed in mirrored blocks, per device; the record goes in --out's run folder (where
+    the report reads it), at --record, or under results/pairs/."""
+    kinds = args.kind or list(pairs.KINDS)
+    devices = args.device or _local_devices()
+    if args.record and len(devices) > 1:
+        raise ValueError(f"--record {args.record!r} holds one device's pairs: give one --device (asked: "
+                         f"{', '.join(devices)})")
+    records = {d: pairs.check(kinds, args.grid, d, args.out, args.record) for d in devices}
+    for device, record in records.items():
+        try:
+            saved = pairs.measure(kinds, args.grid, device, args.budget, record, not args.no_progress,
+                                  pairs.FIXED_ALLOCATOR if args.fixed_allocator else None)
+        except (pairs.WorkerDied, KeyboardInterrupt) as error:
+            print(pairs.show([p for p in pairs.read_json(record)["pairs"] if p["kind"] in kinds]))
+            print(("interrupted" if isinstance(error, KeyboardInterrupt) else f"error: {error}")
+                  + f"; the ratios measured so far are saved in {os.path.abspath(record)}", file=sys.stderr)
+            return 130 if isinstance(error, KeyboardInterrupt) else 2
+        print(pairs.show([p for p in saved["pairs"] if p["kind"] in kinds]))
+        print(f"{saved['rounds']} rounds in {saved['elapsed_s']:.0f} s; record: {os.path.abspath(record)}",
+              file=sys.stderr)
+    return 0
+
+
+# -- gate -------------------------------------------------------------------------------------------
+
+def add_gate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", help="the commit to compare against (a branch, tag or hash)")
+    p.add_argument("head", nargs="?", default=gate.TREE,
+                   help=f"the commit under test (default: {gate.TREE}, the working tree)")
+    options.add(p, "--grid", "--area", "--method", "--param", "--device", "--budget", "--record")
+    p.add_argument("--threshold", type=float, default=0.05, metavar="FRACTION",
+                   help="the slowdown that fails the gate, as a fraction (default 0.05)")
+
+
+def compare_commits(args: argparse.Namespace) -> int:
+    """HEAD against BASE case by case in the same moments; exit code 1 when a case is slower than the threshold
+    with confidence. The record defaults to results/gate/<base>-<head>.json."""
+    base, head, record = gate.check(args.base, args.head, args.threshold, args.record)
+    todo = gate.selection(args.grid, args.area, args.device or _local_devices(), args.method, args.param)
+    rows, stopped = gate.compare(base, head, todo, args.threshold, args.budget, record, not args.no_progress)
+    if isinstance(stopped, gate.WorkerDied):
+        print(f"error: {stopped}", file=sys.stderr)
+    if any(r["verdict"] == "slower" for r in rows):
+        return 1
+    if isinstance(stopped, KeyboardInterrupt):
+        return 130
+    return 2 if stopped is not None or all(r["verdict"] == "skipped" for r in rows) else 0
+
+
+# -- profile ----------------------------------------------------------------------------------------
+
+def add_profile(p: argparse.ArgumentParser) -> None:
+    options.add(p, "--grid", "--area", "--method", "--param", "--device", "--out", "--machine")
+    p.add_argument("--set", choices=list(cases.PROFILE_SETS), help="a named set of cases instead of a selection")
+    p.add_argument("--cycles", type=guards.count, default=5, help="profiled calls per case, each after an "
+                   "unprofiled one (default 5)")
+
+
+def profile(args: argparse.Namespace) -> int:
+    """Where the time goes, per component, for a named set or the grid's cases that --area/--method/--param
+    select; each case's record and trace go to <out>/profiles/<case>/, where the report reads them."""
+    out = guards.writable_folder(pipeline.run_folder(args), "--out")
+    if args.set is not None:
+        if args.area or args.method or args.param or args.device:
+            raise ValueError(f"--set {args.set!r} names its cases: give it alone, or select with --area, --method, "
+                             "--param and --device")
+        todo = cases.profile_set(args.set)
+    elif not args.area:
+        raise ValueError("give --set NAME, or --area AREA (with --param AXIS=VALUE to narrow it)")
+    else:
+        todo = [(area, p, method) for area, p in pipeline.plan(args.grid, args.area, args.device, args.param)
+                for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)]
+        if not todo:
+            raise ValueError(f"no case to profile: areas {args.area} have none of the methods {args.method}")
+    counts = profiler.run_set(todo if args.set is None else args.set, out, cycles=args.cycles,
+                              progress=not args.no_progress)
+    for record in profiler.load(out):
+        if any(record["area"] == a and record["params"] == p and record["method"] == m for a, p, m in todo):
+            print(summary(record) + "\n")
+    print(f"{os.path.join(out, 'profiles')}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+          file=sys.stderr)
+    return 2 if counts.get("failed") or counts.get("oom") else 0
+
+
+def summary(r: dict) -> str:
+    """A profile's breakdown as text: one line per component."""
+    lines = [f"{r['area']} {r['method']} {r['params']} on {r['device']} ({r['threads'] or '-'} threads)",
+             f"unprofiled {r['unprofiled_s'] * 1e3:.3g} ms, profiled {r['profiled_s'] * 1e3:.3g} ms "
+             f"(profiler overhead {r['overhead']:+.0%}); components sum to {r['sum_over_unprofiled']:.2f}x the "
+             f"unprofiled call; matmul FLOPs equal the analytic model per component: {r['flops_match_analytic']}; "
+             f"sequential depth {r['sequential_depth']}, {r['op_launches']} launches; peak memory "
+             f"{r['peak_bytes'] / 2**20:.1f} MiB",
+             f"{'component':28s} {'time ms':>9s} {'share':>6s} {'calls':>6s} {'launch':>6s} {'GFLOP':>9s} "
+             f"{'GFLOP/s':>8s}"]
+    for c in r["components"]:
+        rate = c["achieved_flops_per_s"]
+        lines.append(f"{c['component']:28s} {c['time_s'] * 1e3:9.3f} {c['share']:6.1%} {c['calls']:6d} "
+                     f"{c['launches']:6d} {c['analytic_matmul_flops'] / 1e9:9.3f} "
+                     f"{'' if rate is None else f'{rate / 1e9:8.1f}'}")
+    return "\n".join(lines)
+
+
+# -- ranks: head-parallel attention under torchrun ---------------------------------------------------
+
+def add_ranks(p: argparse.ArgumentParser) -> None:
+    options.add(p, "--grid", "--out", "--machine", "--min-run-time")
+    p.add_argument("--backend", choices=["gloo", "nccl"], help="gloo (CPU, the default without a GPU) or nccl (GPU)")
+
+
+def ranks(args: argparse.Namespace) -> int:
+    """Head-parallel attention over this torchrun group's ranks into one run folder for every rank count
+    (default results/runs/<machine>-parallel)."""
+    return distributed.run(args)
+
+
+COMMANDS = {
+    "run": ("measure a grid, profile, time the pairs and write the report: the main job", add_run, run),
+    "pairs": ("time each verdict's ratio paired, in mirrored blocks", add_pairs, time_pairs),
+    "gate": ("is HEAD slower than BASE? both timed in the same moments, case by case", add_gate, compare_commits),
+    "profile": ("where the time goes, per component in the paper's terms", add_profile, profile),
+    "ranks": ("head-parallel attention over torchrun's ranks (torchrun ... -m attention_bench ranks)", add_ranks,
+              ranks),
+}
