@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if ranks.rank != 0:
             return 0
         if ranks.world > 1:
-            print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()), file=sys.stderr)
+            print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
         if not args.no_profile:
             profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)

@@ -1,5 +1,5 @@
-"""The flags the commands share, each defined once: one meaning, one default and one check wherever a command
-takes it (a test walks every command's parser and holds that)."""
+"""The flags the commands and the measurement scripts share, each defined once: one meaning, one default and one
+check wherever a command takes it (a test walks every command's and script's parser and holds that)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,12 @@ OPTIONS: dict[str, dict] = {
                           "the same software and threads)"),
     "--budget": dict(type=guards.seconds, default=BUDGET_S, metavar="SECONDS",
                      help=f"seconds of paired rounds at most, per device (default {BUDGET_S:g})"),
+    "--threads": dict(type=guards.count, metavar="N", help="torch's CPU threads for the cases without a thread "
+                      "count of their own (default: torch's own count, left alone)"),
+    "--mirrored-rounds": dict(type=guards.count, default=12, metavar="R",
+                              help="rounds of mirrored blocks (a b b a, then b a a b) per process (default 12)"),
+    "--seq-len": dict(type=guards.count, default=128, metavar="N",
+                      help="the models' source and target length (default 128)"),
     "--no-progress": dict(action="store_true", help="no progress bar"),
     "--quiet": dict(action="store_true", help="results and errors only: no progress bar, notes or warnings"),
 }

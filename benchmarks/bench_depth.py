@@ -16,7 +16,7 @@ class SequentialDepth:
 
     def setup(self, *params):
         torch.manual_seed(0)
-        case = cases.build(self.area, dict(zip(self.param_names, params)))
+        case = cases.build(self.area, dict(zip(self.param_names, params, strict=True)))
         self.graph = opgraph.record(case.forward)
 
     def track_sequential_depth(self, *params):

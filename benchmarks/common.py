@@ -36,7 +36,7 @@ class _CaseBenchmark:
 
     def setup(self, peaks, *params):
         torch.manual_seed(0)
-        values = dict(zip(self.param_names, params))
+        values = dict(zip(self.param_names, params, strict=True))
         if not cases.on_grid(self.area, values):  # asv runs the axes' product; the grid may leave some out
             raise cases.Skip(f"not a case of the {cases.active_grid()!r} grid")
         try:

@@ -79,7 +79,7 @@ def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, 
         counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0, "resumed": 0}
         recorded = [recorded_here(runner, todo, world, backend, device) if runner is not None else None]
         dist.broadcast_object_list(recorded, src=0)
-        for params, skip in zip(todo, recorded[0]):
+        for params, skip in zip(todo, recorded[0], strict=True):
             if skip:
                 counts["resumed"] += 1
                 continue

@@ -122,7 +122,7 @@ def run(gate: Gate, threshold: float, budget: float, progress: bool) -> tuple[in
 
 def table(gate: Gate, threshold: float) -> list[dict]:
     rows = []
-    for i, ((area, params, method), est) in enumerate(zip(gate.todo, gate.estimates())):
+    for i, ((area, params, method), est) in enumerate(zip(gate.todo, gate.estimates(), strict=True)):
         median = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
         row = {"area": area, "method": method, "params": params, "case": case_key(area, method, params),
                "base_s": median(gate.times[i]["a"]), "head_s": median(gate.times[i]["b"])}

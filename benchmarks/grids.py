@@ -141,7 +141,7 @@ def on_grid(area: str, params: dict, grid: str | None = None) -> bool:
 def combinations(area: str, grid: str | None = None) -> list[dict]:
     """Every case of one area in a grid, as {axis: value} dicts."""
     ax = axes(area, grid)
-    product = (dict(zip(ax, values)) for values in itertools.product(*ax.values()))
+    product = (dict(zip(ax, values, strict=True)) for values in itertools.product(*ax.values()))
     return [p for p in product if on_grid(area, p, grid)]
 
 

@@ -100,7 +100,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
         if progress:
             print(file=sys.stderr)
     rows = []
-    for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates())):
+    for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates(), strict=True)):
         area, method, axis, a, b, meaning = KINDS[kind]
         same = {k: v for k, v in pa[1].items() if k != axis}
         row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,

@@ -113,8 +113,8 @@ def from_asv(results_dir: str) -> pd.DataFrame:
             values = res.get_result_value(key, params)
             stats = res.get_result_stats(key, params)
             names = _asv_param_names(cls, areas, len(params))
-            for combo, value, stat in zip(itertools.product(*params), values, stats):
-                p = dict(zip(names, (ast.literal_eval(v) for v in combo)))
+            for combo, value, stat in zip(itertools.product(*params), values, stats, strict=False):
+                p = dict(zip(names, (ast.literal_eval(v) for v in combo), strict=True))
                 ok = value is not None and value == value
                 wrong = ok and _asv_problem(metric, value)
                 oom = None if ok else ooms.get((cls, tuple(combo)))

@@ -169,12 +169,13 @@ def speed_summary(comparisons: list[dict]) -> str:
         n = verdicts.count("out of reach")
         parts.append(f"{n} {'is' if n == 1 else 'are'} out of reach on this machine, the floor itself above "
                      "the target: " + "; ".join(f"{c['comparison']}: floor {c['floor_ratio']:.3f} > {c['target']:.2f}"
-                                                for c, v in zip(comparisons, verdicts) if v == "out of reach"))
+                                                for c, v in zip(comparisons, verdicts, strict=True)
+                                                if v == "out of reach"))
     if "misses" in verdicts:
         parts.append(f"{verdicts.count('misses')} miss{'es' if verdicts.count('misses') == 1 else ''} with the floor "
                      "below the target, so ours would have to come closer to its own products: " + "; ".join(
                          f"{c['comparison']}: ours / floor must be ≤ {c['target'] / c['floor_ratio']:.3f}, is "
-                         f"{above_floor(c):.3f}" for c, v in zip(comparisons, verdicts) if v == "misses"))
+                         f"{above_floor(c):.3f}" for c, v in zip(comparisons, verdicts, strict=True) if v == "misses"))
     return ". ".join(parts) + "."
 
 

@@ -106,11 +106,12 @@ def check_table(table: pd.DataFrame) -> pd.DataFrame:
     """The tidy table with each row whose value is out of range for its metric withheld: value NaN, the
     reason said in ``reason`` (status unchanged, so the case still counts as measured)."""
     out = table.copy()
-    whys = [why_out_of_range(m, v) if s == "ok" else None for m, v, s in zip(out.metric, out.value, out.status)]
+    whys = [why_out_of_range(m, v) if s == "ok" else None
+            for m, v, s in zip(out.metric, out.value, out.status, strict=True)]
     hit = pd.Series([w is not None for w in whys], index=out.index)
     if hit.any():
         out.loc[hit, "reason"] = [f"withheld: {m} = {v:.4g} is {w}" + (f"; {r}" if isinstance(r, str) else "")
                                   for m, v, w, r in zip(out.metric[hit], out.value[hit], [w for w in whys if w],
-                                                        out.reason[hit])]
+                                                        out.reason[hit], strict=True)]
         out.loc[hit, "value"] = float("nan")
     return out

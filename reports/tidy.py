@@ -351,7 +351,7 @@ def runs(t: pd.DataFrame) -> pd.DataFrame:
                                           rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"),
                                           runtime=("runtime", "first"))
     out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}"
-                     for c, e in zip(out.commit, out.commit_error)]
+                     for c, e in zip(out.commit, out.commit_error, strict=True)]
     ok = timed[timed.status == "ok"]
     out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
         out.index, fill_value=0).astype(int)

@@ -27,6 +27,7 @@ import torch.utils.benchmark as tbench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from benchmarks.core import machine, measure, runner  # noqa: E402
 from benchmarks.core.records import case_key  # noqa: E402
@@ -72,16 +73,15 @@ def control(rates: list[float], times: int = 3) -> None:
     rates.extend(machine.gemm_flops_per_s(1024, min_run_time=0.3) for _ in range(times))
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/check_measurement.py", description=__doc__.split("\n\n")[0])
+    options.add(p, "--grid", "--min-run-time", "--threads")  # --threads 1: no OpenMP sensitivity to a busy core
+    return p
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="quick")
-    parser.add_argument("--min-run-time", type=float, default=0.5)
-    parser.add_argument("--threads", type=int, help="torch threads for every case without its own thread count "
-                        "(default: torch's; 1 takes OpenMP's sensitivity to a busy core out of the picture)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads must be >= 1; got {args.threads}")
         torch.set_num_threads(args.threads)
     todo = runner.plan(args.grid, devices=["cpu"])
     rates: list[float] = []

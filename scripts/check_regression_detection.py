@@ -31,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from reports import measured  # noqa: E402
 
@@ -82,11 +83,15 @@ def record(path: str, base: str, out_control: str, out_slow: str, passed: bool, 
                   slowdown={"changed": [parse_row(r) for r in changed_rows(out_slow)]})
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/check_regression_detection.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
+    options.add(p, "--record")
+    return p
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
-    parser.add_argument("--record", help="save the findings as a JSON record here (for the README)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="asv-regression-")
     os.makedirs(work, exist_ok=True)
     repo = os.path.join(work, "repo")

@@ -36,8 +36,9 @@ import torch.utils.benchmark as tb
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's packages
 
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
-from benchmarks.core import gemm_floor  # noqa: E402
+from benchmarks.core import gemm_floor, guards  # noqa: E402
 from benchmarks.core.records import commit  # noqa: E402
 from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
@@ -102,7 +103,7 @@ def compare(name, make, target, analytic: int, args) -> dict:
     with torch.inference_mode():
         gemms = gemm_floor.record(ours)
         rounds = mirrored_rounds({"ours": ours, "torch": theirs, "floor": gemm_floor.replay(gemms, args.device)},
-                                 args.threads, args.rounds, args.block_time)
+                                 args.threads, args.mirrored_rounds, args.block_time)
     ratios = [r["ours_s"] / r["torch_s"] for r in rounds]
     floors = [r["floor_s"] / r["torch_s"] for r in rounds]
     row = {"comparison": name, "rounds": rounds, "target": target,
@@ -127,30 +128,34 @@ def _quartiles(values: list[float]) -> list[float]:
     return [q[0], q[2]]
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/compare_with_torch.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add(p, "--device", "--threads", "--mirrored-rounds", "--seq-len", "--record")
+    p.add_argument("--block-time", type=guards.seconds, default=0.2, help="seconds per timed block (at least one "
+                   "call; default 0.2)")
+    p.add_argument("--batch", type=guards.count, default=8, help="Transformer batch (the MHA cases use "
+                   "MULTIHEAD_SHAPE; default 8)")
+    return p
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads")
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--block-time", type=float, default=0.2, help="seconds per timed block (at least one call)")
-    p.add_argument("--batch", type=int, default=8, help="Transformer batch (the MHA cases use MULTIHEAD_SHAPE)")
-    p.add_argument("--seq", type=int, default=128, help="Transformer source and target length")
-    p.add_argument("--record", help="save the comparisons as a JSON record here (for the README)")
+    p = parser()
     a = p.parse_args()
-    for flag, value in (("--threads", a.threads), ("--rounds", a.rounds), ("--batch", a.batch), ("--seq", a.seq)):
-        if value < 1:
-            p.error(f"{flag} must be a positive integer, got {value}")
-    if not (a.block_time > 0 and math.isfinite(a.block_time)):
-        p.error(f"--block-time must be a positive number of seconds, got {a.block_time}")
-    if a.device not in ("cpu", "cuda"):
-        p.error(f"--device must be cpu or cuda, got {a.device!r}")
-    if a.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False)")
+    devices = a.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if len(devices) > 1:
+        p.error(f"--device: give one ({', '.join(devices)} on this machine); a record holds one device's comparisons")
+    try:
+        guards.check_devices(devices)
+    except ValueError as error:
+        p.error(str(error))
+    a.device, a.threads = devices[0], a.threads or torch.get_num_threads()
     torch.manual_seed(0)
     where = torch.cuda.get_device_name() if a.device == "cuda" else f"CPU, {a.threads} threads"
-    print(f"torch {torch.__version__}, {where}, float32; {a.rounds} round{'s' if a.rounds > 1 else ''} of blocks of "
+    print(f"torch {torch.__version__}, {where}, float32; {a.mirrored_rounds} round{'s' * (a.mirrored_rounds > 1)} of "
+          "blocks of "
           f"{a.block_time:g} s in the order {', '.join(ORDER + ORDER[::-1])}")
-    rows = [compare(*c, a) for c in comparisons(a.batch, a.seq, a.device)]
+    rows = [compare(*c, a) for c in comparisons(a.batch, a.seq_len, a.device)]
     print(measured.speed_summary(rows))
     if a.record:
         record(a.record, a, rows)
@@ -158,8 +163,8 @@ def main() -> None:
 
 def record(path: str, args, rows: list[dict]) -> None:
     """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
-    measured.save(path, "compare-with-torch", commit(), device=args.device, threads=args.threads, rounds=args.rounds,
-                  block_time=args.block_time, dtype="float32", comparisons=rows)
+    measured.save(path, "compare-with-torch", commit(), device=args.device, threads=args.threads,
+                  rounds=args.mirrored_rounds, block_time=args.block_time, dtype="float32", comparisons=rows)
 
 
 if __name__ == "__main__":

@@ -37,21 +37,22 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
 {
     step machine 0 "$PY" -c "import torch; print(torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
     step cuda-tests 0 "$PY" -m pytest -q -p no:cacheprovider tests/test_devices.py
-    step nccl-1-rank 0 "$PY" -m torch.distributed.run --nproc_per_node=1 -m benchmarks.distributed --grid quick \
+    step nccl-1-rank 0 "$PY" -m torch.distributed.run --nproc_per_node=1 -m attention_bench ranks --grid quick \
         --backend nccl --out "$RUN" --min-run-time 0.1 "${NAME[@]}"
     gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
     if [ "${gpus:-0}" -ge 2 ]; then
-        step nccl-2-ranks 0 "$PY" -m torch.distributed.run --nproc_per_node=2 -m benchmarks.distributed --grid quick \
+        step nccl-2-ranks 0 "$PY" -m torch.distributed.run --nproc_per_node=2 -m attention_bench ranks --grid quick \
             --backend nccl --out "$RUN" --min-run-time 0.1
     else  # NCCL refuses two ranks on one GPU: the suite must say so before anything runs
-        step nccl-2-ranks-one-gpu nonzero "$PY" -m torch.distributed.run --nproc_per_node=2 -m benchmarks.distributed \
+        step nccl-2-ranks-one-gpu nonzero "$PY" -m torch.distributed.run --nproc_per_node=2 -m attention_bench ranks \
             --grid quick --backend nccl --out "$RUN"
     fi
-    step quick-grid-cuda 0 "$PY" -m benchmarks.runner --grid quick --device cuda --out "$RUN" --no-progress "${NAME[@]}"
-    step report 0 "$PY" -m reports build "$RUN" --report "$OUT/report"
-    step predict-from-datasheet 0 "$PY" -m reports predict docs/machines/h200.json --run "$RUN" --dtype float32 \
+    step quick-grid-cuda 0 "$PY" -m attention_bench run --no-report --no-profile --pairs-budget 0 --grid quick \
+        --device cuda --out "$RUN" --no-progress "${NAME[@]}"
+    step report 0 "$PY" -m attention_bench report "$RUN" --report "$OUT/report"
+    step predict-from-datasheet 0 "$PY" -m attention_bench predict docs/machines/h200.json "$RUN" --dtype float32 \
         --csv "$OUT/predicted-h200-datasheet.csv"
-    step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --rounds 5 \
+    step compare-with-torch-cuda 0 "$PY" scripts/compare_with_torch.py --device cuda --mirrored-rounds 5 \
         --record "$OUT/compare-with-torch-cuda.json"
     # the whole run folder (machine.json with the GPU's constants, every case record, the profiles) as one file,
     # to keep in docs/measured: the performance model is then checked against a real GPU offline

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pandas as pd  # noqa: E402
 
 import benchmarks  # noqa: E402
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from reports import tidy  # noqa: E402
 
@@ -69,12 +70,15 @@ def case_seconds(times: dict[str, float]) -> float:
     return total
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/estimate_asv_duration.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="a run folder measured over the grid to estimate (--grid: the grid it measured)")
+    options.add(p, "--grid")
+    return p
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a runner folder measured over the grid to estimate")
-    parser.add_argument("--grid", default="full", choices=list(cases.GRIDS),
-                        help="the grid that folder measured (default full)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     t = tidy.load([args.run])
     times = t[(t.metric == "time") & (t.status == "ok") & (t.area != "gemm")].copy()
     times.loc[times.area != "threads", "threads"] = pd.NA  # the thread count is an axis of that area only

@@ -30,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from benchmarks.core import guards, records  # noqa: E402
 from reports import measured  # noqa: E402
@@ -117,25 +118,31 @@ def fractions(text: str) -> list[float]:
     return values
 
 
+#: where the record goes unless --record says: the report shows the latest
+RECORD = os.path.join("results", "gate", "sensitivity.json")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/gate_sensitivity.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--slowdowns", type=fractions, default="0.05,0.1,0.2",
+                   help="comma-separated fractions, each above 0 and below 10")
+    p.add_argument("--trials", type=guards.count, default=3, help="trials of each change (>= 1; default 3)")
+    options.add(p, "--budget", "--record")  # the gate's budget per comparison; the record: RECORD unless given
+    p.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
+                   f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
+    p.add_argument("--no-gate", action="store_true", help="measure asv's settings only")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--slowdowns", type=fractions, default="0.05,0.1,0.2",
-                        help="comma-separated fractions, each above 0 and below 10")
-    parser.add_argument("--trials", type=guards.count, default=3, help="trials of each change (>= 1; default 3)")
-    parser.add_argument("--budget", type=guards.seconds, default=165.0, help="the gate's budget per comparison (s)")
-    parser.add_argument("--asv", action="append", help="an asv continuous setting to measure next to the gate "
-                        f"(repeatable; default {ASV_SETTINGS}; 'none' for none)")
-    parser.add_argument("--no-gate", action="store_true", help="measure asv's settings only")
-    parser.add_argument("--record", default=os.path.join("results", "gate", "sensitivity.json"),
-                        help="save the table as a JSON record here (default results/gate/sensitivity.json, which the "
-                        "report shows; docs/measured/<name>.json for the docs)")
-    args = parser.parse_args(argv)
+    args = (parser_ := parser()).parse_args(argv)
+    args.record = args.record or RECORD
     slowdowns = args.slowdowns
     if args.record:
         try:
             records.check_record_path(args.record, "gate-sensitivity")
         except ValueError as error:
-            parser.error(str(error))
+            parser_.error(str(error))
     settings = [] if args.asv == ["none"] else args.asv or ASV_SETTINGS
     work = tempfile.mkdtemp(prefix="gate-sensitivity-")
     repo = os.path.join(work, "repo")
@@ -154,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         for trial in range(args.trials):
             for name, head in heads.items():
                 runs = {} if args.no_gate else {
-                    GATE: lambda: gate(repo, base, head, args.budget, os.path.join(work, f"{name}-{trial}.json"))}
+                    GATE: lambda head=head, name=name, trial=trial: gate(repo, base, head, args.budget,
+                                                                       os.path.join(work, f"{name}-{trial}.json"))}
                 for setting in settings:
-                    runs[f"asv continuous {setting}".strip()] = lambda s=setting: asv_continuous(repo, base, head, s)
+                    runs[f"asv continuous {setting}".strip()] = lambda s=setting, head=head: asv_continuous(
+                        repo, base, head, s)
                 for method, measure in runs.items():
                     got = measure()
                     results[method].setdefault(name, []).append(got)

@@ -81,21 +81,28 @@ def one_process(name: str, rounds: int) -> dict:
             "b_faults_per_call": faults[1] / (2 * rounds * calls)}
 
 
+def parser() -> argparse.ArgumentParser:
+    sys.path.insert(0, ROOT)
+    from attention_bench import options
+    from benchmarks.core import guards
+
+    p = argparse.ArgumentParser(prog="scripts/plain_pair.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--processes", type=guards.count, default=3, help="fresh processes per check (default 3)")
+    options.add(p, "--mirrored-rounds")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # inside a process of its own: one check
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/plain_pair.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--processes", type=int, default=3, help="fresh processes per check (default 3)")
-    parser.add_argument("--rounds", type=int, default=12, help="mirrored rounds per process (default 12)")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # inside a process of its own: one check
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if args.one:
-        print(json.dumps(one_process(args.one, args.rounds)))
+        print(json.dumps(one_process(args.one, args.mirrored_rounds)))
         return 0
-    if args.processes < 1 or args.rounds < 1:
-        parser.error(f"--processes {args.processes} and --rounds {args.rounds}: both must be at least 1")
     for name in CHECKS:
         found = []
         for _ in range(args.processes):
-            done = subprocess.run([sys.executable, __file__, "--one", name, "--rounds", str(args.rounds)],
+            done = subprocess.run([sys.executable, __file__, "--one", name, "--mirrored-rounds",
+                                   str(args.mirrored_rounds)],
                                   capture_output=True, text=True, check=True)
             found.append(json.loads(done.stdout))
         ratios = sorted(f["ratio"] for f in found)

@@ -32,6 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from benchmarks.core import guards, records  # noqa: E402
 from benchmarks.core.paired import (  # noqa: E402
@@ -83,7 +84,7 @@ def compare(setting: str, budget: float, handover: float) -> dict:
     finally:
         rounds.stop()
     rows = []
-    for (area, params, method), est, times in zip(cases_, rounds.estimates(), rounds.times):
+    for (area, params, method), est, times in zip(cases_, rounds.estimates(), rounds.times, strict=True):
         rows.append({"area": area, "params": params, "method": method, "ratio": est.ratio, "low": est.low,
                      "high": est.high, "rounds": est.rounds, "default_s": sorted(times["a"])[len(times["a"]) // 2],
                      "setting_s": sorted(times["b"])[len(times["b"]) // 2]})
@@ -114,29 +115,33 @@ def show(result: dict) -> str:
     return "\n".join(lines)
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/regime_effects.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--settings", default=",".join(SETTINGS), help=f"comma list of {', '.join(SETTINGS)} (default all)")
+    p.add_argument("--setting-budget", type=guards.seconds, default=40.0, metavar="SECONDS",
+                   help="seconds of paired rounds at most per setting (default 40)")
+    p.add_argument("--pauses", action="store_true",
+                   help="time the no-change control also without the pause before each handover")
+    options.add(p, "--record")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/regime_effects.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"comma list of {', '.join(SETTINGS)} (default all)")
-    parser.add_argument("--budget", type=guards.seconds, default=40.0, help="seconds per setting (default 40)")
-    parser.add_argument("--pauses", action="store_true",
-                        help="time the no-change control also without the pause before each handover")
-    parser.add_argument("--record", help="save the ratios here (a JSON record)")
-    args = parser.parse_args(argv)
+    args = (parse := parser()).parse_args(argv)
     chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in chosen:
         if s not in SETTINGS:
-            parser.error(f"unknown setting {s!r}; allowed: {', '.join(SETTINGS)}")
+            parse.error(f"unknown setting {s!r}; allowed: {', '.join(SETTINGS)}")
     if args.record:
         try:
             records.check_record_path(args.record, "regime")
         except ValueError as error:
-            parser.error(str(error))
+            parse.error(str(error))
     runs = [(s, HANDOVER_S) for s in chosen] + ([("idle", 0.0)] if args.pauses else [])
     results = []
     try:
         for setting, handover in runs:
-            results.append(compare(setting, args.budget, handover))
+            results.append(compare(setting, args.setting_budget, handover))
             print(show(results[-1]), flush=True)
     except WorkerDied as error:
         print(f"error: {error}", file=sys.stderr)
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if args.record and results:
-            measured.save(args.record, "regime", records.commit(), budget_s=args.budget, results=results)
+            measured.save(args.record, "regime", records.commit(), budget_s=args.setting_budget, results=results)
     return 0
 
 

@@ -304,7 +304,7 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
             rows("models", "time", {tuple(p.items()): time}, device="cpu", batch=8, threads=2) +
             rows("models", "matmul_flops", {tuple(p.items()): flops}, device="cpu", batch=8, threads=2) +
             rows("models", "achieved_flops_per_s", {tuple(p.items()): flops / time}, device="cpu", batch=8,
-                 threads=2), (time, flops, flops / time))]
+                 threads=2), (time, flops, flops / time), strict=True)]
 
     data = [r for n in (16, 64) for r in
             case("transformer", "tiny", n, 1e-3 * n, 2e6 * n) + case("rnn-width", "tiny", n, 4e-3 * n, 1e6 * n)

@@ -39,7 +39,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     published = {(a["key"], k): v for a in saved["analyses"] for k, v in a["numbers"].items()}
     assert published and not {k: v for k, v in published.items() if ranges.why_out_of_range(k[1], v)}
     csv = pd.read_csv(os.path.join(report, "results.csv"))
-    assert not [m for m, v in zip(csv.metric, csv.value) if ranges.why_out_of_range(m, v)]
+    assert not [m for m, v in zip(csv.metric, csv.value, strict=True) if ranges.why_out_of_range(m, v)]
 
     again = str(tmp_path / "again")
     assert main(["report", run, "--report", again]) == 0

@@ -4,6 +4,7 @@ exit codes everywhere, results on stdout and the rest on stderr."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import os
 
@@ -13,11 +14,25 @@ from run_helpers import MEASURE_ONLY, in_process, measure
 from attention_bench import cli, options
 from reports import columns
 
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
     top = cli.parser()
     action = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
+
+
+def script_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each measurement script's parser (``parser()``), by the script's file name."""
+    found = {}
+    for name in sorted(os.listdir(SCRIPTS)):
+        if name.endswith(".py") and name != "__init__.py":
+            spec = importlib.util.spec_from_file_location(f"script_{name[:-3]}", os.path.join(SCRIPTS, name))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            found[name] = module.parser()
+    return found
 
 
 def meaning(action: argparse.Action) -> tuple:
@@ -38,15 +53,17 @@ def test_the_help_lists_every_command_and_the_exit_codes(capsys):
         assert f"\n  {code}" in out
 
 
-def test_each_flag_has_one_meaning_in_every_command_that_takes_it():
+def test_each_flag_has_one_meaning_in_every_command_and_script_that_takes_it():
     seen: dict[str, dict[tuple, list[str]]] = {}
-    for name, parser in subparsers().items():
+    parsers = {**subparsers(), **script_parsers()}
+    assert len(parsers) == len(cli.COMMANDS) + len([n for n in os.listdir(SCRIPTS) if n.endswith(".py")]) - 1
+    for name, parser in parsers.items():
         for action in parser._actions:
             for flag in action.option_strings:
                 seen.setdefault(flag, {}).setdefault(meaning(action), []).append(name)
     shared = {flag: by for flag, by in seen.items() if sum(map(len, by.values())) > 1}
     assert {"--grid", "--area", "--param", "--device", "--out", "--report", "--record", "--machine", "--budget",
-            "--no-progress", "--quiet"} <= set(shared)
+            "--min-run-time", "--threads", "--mirrored-rounds", "--no-progress", "--quiet"} <= set(shared)
     differing = {flag: {m[1:4]: names for m, names in by.items()} for flag, by in shared.items() if len(by) > 1}
     assert not differing, differing
     for flag, by in shared.items():  # a shared flag is the one options.OPTIONS defines

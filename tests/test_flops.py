@@ -81,7 +81,7 @@ def test_the_cache_saves_work_that_grows_with_the_length():
     c = TransformerConfig.preset("tiny")
     cached = [flops.transformer_generate(c, 1, 8, s).forward.matmul_total for s in (8, 16, 32)]
     full = [flops.transformer_generate(c, 1, 8, s, use_cache=False).forward.matmul_total for s in (8, 16, 32)]
-    assert all(f > k for f, k in zip(full, cached))
+    assert all(f > k for f, k in zip(full, cached, strict=True))
     assert full[2] / cached[2] > full[0] / cached[0]
 
 
@@ -143,7 +143,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="n_q must be a positive integer"):
         flops.attention(1, 0, 4, 8)
     with pytest.raises(ValueError, match="backward pass was not counted"):
-        flops.count(torch.mm, torch.randn(2, 2), torch.randn(2, 2)).train
+        _ = flops.count(torch.mm, torch.randn(2, 2), torch.randn(2, 2)).train
 
 
 @pytest.mark.parametrize("call", [

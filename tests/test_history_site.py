@@ -65,7 +65,7 @@ def site(tmp_path_factory):
 def test_the_published_site_loads_nothing_from_another_host(site):
     page = open(os.path.join(site, "index.html")).read()
     assert "https://cdn" not in page and "https://code." not in page
-    for source, target in history.LIBRARIES.values():
+    for _source, target in history.LIBRARIES.values():
         assert f'"{history.VENDOR}/{target}"' in page and os.path.getsize(os.path.join(site, history.VENDOR, target))
     assert "integrity=" not in page  # npm's copies are not the CDN's bytes
 

@@ -53,7 +53,7 @@ def test_strategies_agree_on_the_same_weights_and_gradients():
         out.square().sum().backward()
         outs.append(out)
         grads.append(m.in_proj_weight.grad)
-    for out, grad in zip(outs[1:], grads[1:]):
+    for out, grad in zip(outs[1:], grads[1:], strict=True):
         torch.testing.assert_close(out, outs[0])
         torch.testing.assert_close(grad, grads[0])
 

@@ -146,7 +146,7 @@ def test_the_forward_its_compute_and_its_collectives_are_timed_in_the_same_mirro
     # after each one's probe: A B C, C B A, A B C, C B A (a function run twice in a row reads as one run)
     assert timed[3:] == ["forward", "compute", "comm", "compute", "forward", "compute", "comm", "compute", "forward"]
     assert {k: len(v) for k, v in blocks.items()} == {"forward": 4, "compute": 4, "comm": 4}
-    shares = [c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"])]
+    shares = [c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"], strict=True)]
     assert shares == pytest.approx([0.25] * 4)  # 1 ms of 4 ms in every block
     assert blocks["forward"] == pytest.approx([0.004] * 4)  # seconds per call: the block's time over its calls
 

@@ -240,7 +240,7 @@ class Decoder(nn.Module):
 
     def step(self, y, memory_kvs, caches, memory_mask=None) -> torch.Tensor:
         """One new position through every layer, with per-layer caches (see DecoderLayer.step)."""
-        for layer, kv, cache in zip(self.layers, memory_kvs, caches):
+        for layer, kv, cache in zip(self.layers, memory_kvs, caches, strict=True):
             y = layer.step(y, kv, cache, memory_mask)
         with record_function("final_norm"):
             return self.norm(y)

@@ -135,9 +135,9 @@ class Transformer(nn.Module):
         )
         w = enc[0].linear1.weight
         model = cls(config, device=w.device, dtype=w.dtype)
-        for ours, theirs in zip(model.encoder.layers, enc):
+        for ours, theirs in zip(model.encoder.layers, enc, strict=True):
             ours.load_torch(theirs)
-        for ours, theirs in zip(model.decoder.layers, dec):
+        for ours, theirs in zip(model.decoder.layers, dec, strict=True):
             ours.load_torch(theirs)
         model.encoder.norm.load_state_dict(module.encoder.norm.state_dict())
         model.decoder.norm.load_state_dict(module.decoder.norm.state_dict())

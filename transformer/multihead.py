@@ -186,7 +186,8 @@ class MultiHeadAttention(nn.Module):
         for i in range(self.num_heads):
             rows = [slice(j * d + i * dh, j * d + (i + 1) * dh) for j in range(3)]
             with record_function("mha.head_proj"):
-                q, k, v = (F.linear(x, w[r], None if b is None else b[r]) for x, r in zip((query, key, value), rows))
+                q, k, v = (F.linear(x, w[r], None if b is None else b[r])
+                           for x, r in zip((query, key, value), rows, strict=True))
             head_mask = None if mask is None else mask[:, i if mask.shape[1] > 1 else 0]
             out = scaled_dot_product_attention(
                 q, k, v, head_mask, causal=causal, dropout_p=p, backend="math", return_weights=need_weights

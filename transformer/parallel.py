@@ -135,7 +135,7 @@ def same_shapes_on_every_rank(group, **inputs: torch.Tensor) -> None:
     if any(not torch.equal(other, mine) for other in every):
         def told(shapes):
             parts = shapes.view(len(inputs), dims).tolist()
-            return ", ".join(f"{name} {tuple(d for d in p if d)}" for name, p in zip(inputs, parts))
+            return ", ".join(f"{name} {tuple(d for d in p if d)}" for name, p in zip(inputs, parts, strict=True))
         raise ValueError("head-parallel attention needs inputs of the same shapes on every rank; got "
                          + "; ".join(f"rank {r}: {told(s)}" for r, s in enumerate(every)))
 

@@ -184,7 +184,7 @@ class RNNAttention(nn.Module):
         step = self._stepper(annotations, src_key_padding_mask)
         with record_function("embedding"):
             y = self.tgt_embed(tgt)
-        states, contexts, alphas = zip(*(step(y[:, i]) for i in range(tgt.shape[1])))
+        states, contexts, alphas = zip(*(step(y[:, i]) for i in range(tgt.shape[1])), strict=True)
         logits = self._output(torch.stack(states, 1), torch.stack(contexts, 1), y)
         return (logits, torch.stack(alphas, 1)) if return_attention else logits
 

@@ -86,7 +86,7 @@ def plan(grid: str) -> list[dict]:
     if grid not in cases.PARALLEL_GRIDS:
         raise ValueError(f"unknown grid {grid!r}; allowed: {', '.join(cases.PARALLEL_GRIDS)}")
     axes = cases.PARALLEL_GRIDS[grid]
-    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
 
 
 def build(params: dict, device: torch.device):
@@ -214,7 +214,7 @@ def measure_case(params: dict, device, min_run_time: float) -> dict:
         wire = wire_bytes(comm_fn, device) if dist.get_world_size() > 1 else 0.0
     q25, total, q75 = np.percentile(blocks["forward"], [25, 50, 75]).tolist()
     # each block's share of the collectives in the forward's work, its slowest rank's
-    shares = slowest([c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"])], device)
+    shares = slowest([c / (c + w) for c, w in zip(blocks["comm"], blocks["compute"], strict=True)], device)
     q25, total, q75, compute, comm = slowest(
         [q25, total, q75, statistics.median(blocks["compute"]), statistics.median(blocks["comm"])], device)
     tokens = params["batch"] * params["seq_len"]

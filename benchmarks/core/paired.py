@@ -122,7 +122,7 @@ def estimate(ratios: list[float], sessions: list[int] | None = None, seed: int =
     sessions = np.zeros(len(logs), dtype=int) if sessions is None else np.asarray(sessions)
     groups = [logs[sessions == s] for s in np.unique(sessions)]
     padded = np.full((len(groups), max(len(g) for g in groups)), np.nan)
-    for row, g in zip(padded, groups):
+    for row, g in zip(padded, groups, strict=True):
         row[: len(g)] = g
     sizes = np.array([len(g) for g in groups])
     rng = np.random.default_rng(seed)
@@ -301,8 +301,8 @@ class MirroredRounds:
         return max((len(r) for r in self.ratios), default=0)
 
     def estimates(self) -> list[Estimate | None]:
-        return [None if p in self.skipped else estimate(r, s) for p, (r, s) in enumerate(zip(self.ratios,
-                                                                                               self.sessions))]
+        pairs = enumerate(zip(self.ratios, self.sessions, strict=True))
+        return [None if p in self.skipped else estimate(r, s) for p, (r, s) in pairs]
 
     def stop(self) -> None:
         for worker in self.workers:

@@ -84,7 +84,7 @@ class Grid:
     def rate(self, dims: tuple[int, ...]) -> float:
         """FLOP/s at ``dims`` (one size per axis)."""
         corners = []
-        for x, values in zip(dims, self.axes.values()):
+        for x, values in zip(dims, self.axes.values(), strict=True):
             logs = np.log(values)
             lx = min(max(math.log(max(x, 1)), logs[0]), logs[-1])
             i = int(np.clip(np.searchsorted(logs, lx) - 1, 0, max(len(values) - 2, 0)))
@@ -253,7 +253,7 @@ class Prediction:
 
     @property
     def bound(self) -> str:
-        terms = dict(zip(BOUNDS, (self.compute_s, self.memory_s, self.overhead_s)))
+        terms = dict(zip(BOUNDS, (self.compute_s, self.memory_s, self.overhead_s), strict=True))
         return max(terms, key=terms.get)
 
 

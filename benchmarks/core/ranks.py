@@ -55,7 +55,7 @@ class Ranks:
         keys = sorted(counts)
         t = torch.tensor([counts[k] for k in keys], dtype=torch.int64)
         self.dist.all_reduce(t)
-        return dict(zip(keys, t.tolist()))
+        return dict(zip(keys, t.tolist(), strict=True))
 
     def close(self) -> None:
         if self.dist is not None:

@@ -248,7 +248,7 @@ class Runner:
         self.peaks = self.calibrate(threads)
         counts = dict.fromkeys(STATUSES, 0)
         left = [self.rounds_left(a, p) for a, p in todo]  # each record read once here
-        remaining = [case for case, n in zip(todo, left) if n]
+        remaining = [case for case, n in zip(todo, left, strict=True) if n]
         counts["resumed"] = len(todo) - len(remaining)
         # progress in timed method-rounds, not cases: each costs at least min_run_time / rounds, so the time
         # left that tqdm estimates follows the work left

@@ -131,8 +131,8 @@ def _regime_change(factors: pd.DataFrame) -> list[str]:
     for (device, n), g in factors.groupby(["device", "seq_len"]):
         if g.preset.nunique() < 2:
             continue
-        wins = {p: s for p, s in zip(g.preset, g.speedup)}
-        low, high = (dict(zip(g.preset, g[c])) if c in g else {} for c in ("speedup_low", "speedup_high"))
+        wins = {p: s for p, s in zip(g.preset, g.speedup, strict=True)}
+        low, high = (dict(zip(g.preset, g[c], strict=True)) if c in g else {} for c in ("speedup_low", "speedup_high"))
         # a measured range that holds parity names no winner at that size
         even = [p for p in wins if low.get(p, math.nan) <= 1 <= high.get(p, math.nan)]
         tf = [p for p, s in wins.items() if s > 1 and p not in even]

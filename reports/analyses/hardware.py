@@ -91,7 +91,7 @@ def _peaks_for(t: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
     exact = p.groupby(["machine", "device", "threads"]).value.max()
     best = p.groupby(["machine", "device"]).value.max()
     out = []
-    for m, d, n in zip(times.machine, times.device, times.run_threads):
+    for m, d, n in zip(times.machine, times.device, times.run_threads, strict=True):
         key = (m, d, n)
         out.append(exact[key] if d == "cpu" and not pd.isna(n) and key in exact.index else best.get((m, d), np.nan))
     return pd.Series(out, index=times.index, dtype=float)

@@ -10,6 +10,8 @@ on their machine instead of taking it on trust.
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 
 from benchmarks.core.measure import MIN_SAMPLES
@@ -138,7 +140,7 @@ def agreements(t: pd.DataFrame) -> list[dict]:
     found = []
     for machine, g in t.groupby("machine"):
         runs = list(g.date.groupby(keys[g.index]).max().sort_values().index)
-        for first, second in zip(runs, runs[1:]):
+        for first, second in itertools.pairwise(runs):
             agree = agreement(t, first, second)
             if not agree.empty:
                 found.append({"machine": machine, "first": first, "second": second, "min_time_s": MIN_TIME_S,

@@ -39,7 +39,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
                 share, alone = metrics.get((*key, w)), compute.get((*key, w))
                 # inside the layer: what the forward loses to its collectives (end to end minus the same
                 # forward with them left out); comm_share: the collectives over compute + collectives, timed alone
-                strong.append({**dict(zip(CASE, key)), "ranks": w, "time_1_rank_s": float(base.iloc[0]),
+                strong.append({**dict(zip(CASE, key, strict=True)), "ranks": w, "time_1_rank_s": float(base.iloc[0]),
                                "time_s": v, "speedup": float(base.iloc[0]) / v, "comm_share": share,
                                "comm_in_layer_share": None if alone is None else (v - alone) / v})
     strong = pd.DataFrame(strong)
@@ -50,7 +50,7 @@ def analyse_parallel(t: pd.DataFrame) -> Analysis:
     a.plot("strong_scaling", table=pd.DataFrame(curves), xlabel="ranks", ylabel="speed-up over one rank (×)",
            title="Heads split over ranks: strong scaling", ideal="identity", log_x=False, log_y=False, legend_size=6)
     weak = []
-    for (layer, combine, n, d, b, backend, device), g in per.groupby(
+    for (layer, combine, n, _d, _b, _backend, _device), g in per.groupby(
             level=["layer", "combine", "seq_len", "d_model", "batch", "backend", "device"]):
         at = g.droplevel(["layer", "combine", "seq_len", "d_model", "batch", "backend", "device"])
         for (h, w), v in at.items():

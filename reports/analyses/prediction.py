@@ -137,8 +137,8 @@ def analyse_prediction(t: pd.DataFrame) -> Analysis:
                  + "; ".join(f"{area} {method} on {device} {r.median_error:.0%} / {r.p90_error:.0%} (predicted / "
                              f"measured {r.median_ratio:.2f})" for (device, area, method), r in areas.iterrows())
                  + ". "
-                 + "Worst: " + "; ".join(f"{c} ({w})" for c, w in zip(a.tables["worst"]["case"],
-                                                                      a.tables["worst"]["what misled it"])) + ".")
+                 + "Worst: " + "; ".join(f"{c} ({w})" for c, w in zip(
+                     a.tables["worst"]["case"], a.tables["worst"]["what misled it"], strict=True)) + ".")
     first = p[p.device == sorted(set(p.device), key=lambda d: d != "cpu")[0]]  # the CPU where there is one
     measured, cross_m = crossover_curves(first, "measured")
     predicted, cross_p = crossover_curves(first, "predicted")

@@ -57,7 +57,7 @@ def analyse_profiles(t: pd.DataFrame) -> Analysis:
                                         "folder> (the main command does).")
     cases = case_table(t)
     cases["label"] = [f"{r.area}: {_describe(r)}" for _, r in cases.iterrows()]
-    shares = t.assign(label=t.case.map(dict(zip(cases.case, cases.label)))).pivot_table(
+    shares = t.assign(label=t.case.map(dict(zip(cases.case, cases.label, strict=True)))).pivot_table(
         index="label", columns="component", values="share", aggfunc="sum", fill_value=0.0)
     for area in cases.area.unique():
         labels = cases[cases.area == area].label

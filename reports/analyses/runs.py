@@ -50,6 +50,6 @@ def memory_limits(t: pd.DataFrame) -> pd.DataFrame:
     ok = timed[timed.status == "ok"]
     largest = ok.groupby(["machine", "area", ok.device.fillna("cpu")]).seq_len.max()
     fits = [largest.get((m, a, d if isinstance(d, str) else "cpu"), pd.NA)
-            for m, a, d in zip(oom.machine, oom.area, oom.device)]
+            for m, a, d in zip(oom.machine, oom.area, oom.device, strict=True)]
     return case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
 
