@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         if ranks.world > 1:
             print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
         if not args.no_profile:
-            profiled = profiler.run_set(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+            # in a process of its own: the calibration set torch's threads in this one
+            profiled = profiler.run_set_fresh(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
         if args.pairs_budget:
             _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(_local_devices()))

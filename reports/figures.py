@@ -21,6 +21,8 @@ from .analyses.base import Analysis, Figure  # noqa: E402
 #: inches at 130 dpi: 1040 x 585 px, readable on the page at its full width
 SIZE = (8.0, 4.5)
 DPI = 130
+#: laid out once, as each figure is saved (after its last title), not after every change
+LAYOUT = "tight"
 
 
 def _spans_decades(values) -> bool:
@@ -35,13 +37,12 @@ def _finish(fig, ax, spec: Figure):
     ax.set_title(spec.title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=spec.legend_size)
-    fig.tight_layout()
     return fig
 
 
 def _lines(spec: Figure):
     """Each column a line against the index; dashed columns are the sequential counterpart of a solid one."""
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = plt.subplots(figsize=SIZE, layout=LAYOUT)
     table = spec.table
     for column in table.columns:
         s = table[column].dropna()
@@ -70,7 +71,7 @@ def _lines(spec: Figure):
 
 def _bars(spec: Figure):
     """Each column a bar per row, side by side."""
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = plt.subplots(figsize=SIZE, layout=LAYOUT)
     table, width = spec.table, 0.8 / len(spec.table.columns)
     x = np.arange(len(table))
     for i, column in enumerate(table.columns):
@@ -85,7 +86,7 @@ def _shares(spec: Figure):
     """One horizontal bar per row (a profiled case), its columns (components) stacked by share."""
     table = spec.table
     order = table.sum().sort_values(ascending=False).index
-    fig, ax = plt.subplots(figsize=(SIZE[0] * 1.25, 0.45 * len(table) + 1.8))
+    fig, ax = plt.subplots(figsize=(SIZE[0] * 1.25, 0.45 * len(table) + 1.8), layout=LAYOUT)
     left = np.zeros(len(table))
     colors = plt.get_cmap("tab20")
     for i, comp in enumerate(order):
@@ -97,14 +98,13 @@ def _shares(spec: Figure):
     ax.set_xlabel(spec.xlabel)
     ax.set_title(spec.title)
     ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(table) < 4 else -0.12))
-    fig.tight_layout()
     return fig
 
 
 def _scatter(spec: Figure):
     """Each row a point (``x``, ``y``), one marker per ``group``, on log-log axes; ``ideal`` "identity" draws
     y = x; ``roof`` draws the roofline's two ceilings, min(peak, bandwidth x intensity)."""
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = plt.subplots(figsize=SIZE, layout=LAYOUT)
     table = spec.table
     for i, (group, g) in enumerate(table.groupby("group", sort=True)):
         ax.scatter(g.x, g.y * spec.scale, s=18, marker="os^Dvx*P"[i % 8], label=str(group), alpha=0.8)
@@ -137,7 +137,6 @@ def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:
         if a.conditions:
             ax = fig.axes[0]
             ax.set_title(f"{ax.get_title()}\n{a.conditions}", fontsize=9)
-            fig.tight_layout()
             caption += f" ({a.conditions})"
         out.append((f"{a.key}_{spec.name}", caption, fig))
     return out
@@ -145,7 +144,7 @@ def figures_for(a: Analysis) -> list[tuple[str, str, plt.Figure]]:
 
 def memory_figure(profile: dict):
     """Bytes allocated during one profiled call over time, and what holds them at the peak."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 2]}, layout=LAYOUT)
     timeline = np.asarray(profile["memory_timeline"] or [[0.0, 0]], float)
     ax.step(timeline[:, 0] * 1e3, timeline[:, 1] / 2**20, where="post")
     ax.set_xlabel("time in the call (ms)")
@@ -158,7 +157,6 @@ def memory_figure(profile: dict):
     bx.set_title("what holds it (allocating component)")
     bx.tick_params(axis="y", labelsize=8)
     fig.suptitle(_case_title(profile), fontsize=9)
-    fig.tight_layout()
     return fig
 
 

@@ -14,12 +14,14 @@ import shutil
 import jinja2
 import pandas as pd
 
+from benchmarks.core.machine import BUSY_SHARE
 from benchmarks.core.measure import MIN_SAMPLES
 from benchmarks.core.records import write_json_atomic
-from benchmarks.core.runner import BUSY_SHARE, NOISY
+from benchmarks.core.runner import NOISY
 
 from . import claims, figures, ranges, tidy
 from .analyses import noise, profiling
+from .analyses import runs as run_list
 from .analyses.registry import run_all
 from .analyses.runs import latest_run, memory_limits
 
@@ -79,8 +81,9 @@ def _machines(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _runs(t: pd.DataFrame) -> pd.DataFrame:
-    """tidy.runs with the rule the page follows: each machine's analyses read its latest run only."""
-    runs = tidy.runs(t)
+    """The runs (``analyses.runs.table``) with the rule the page follows: each machine's analyses read its latest
+    run only."""
+    runs = run_list.table(t)
     used = {latest_run(t[t.machine == m]) for m in runs.machine.unique()}
     runs.insert(0, "analysed", ["yes" if r in used else "no: an older run of this machine" for r in runs.index])
     for column in ("first", "last"):

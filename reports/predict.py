@@ -20,7 +20,7 @@ from .analyses.base import fmt_ratio, fmt_time
 from .analyses.prediction import crossover_curves, heads_ratio, where_overtakes
 
 
-def machine_constants(path: str, dtype: str = "float32", host: perfmodel.Constants | None = None,
+def datasheet_constants(path: str, dtype: str = "float32", host: perfmodel.Constants | None = None,
                       threads: int | None = None) -> perfmodel.Constants:
     """The constants of the machine ``path`` describes: a datasheet (``perfmodel.DATASHEET_FIELDS``) or a
     run folder / ``machine.json`` with measured constants (at ``threads``, default its most). A datasheet
@@ -74,7 +74,7 @@ PREDICTED_COLUMNS = ["area", "method"]
 def predict_run(sheet: str, run: str, dtype: str = "float32") -> tuple[pd.DataFrame, perfmodel.Constants]:
     """Each timed case of ``run`` that recorded its operators: measured here, predicted on ``sheet``'s machine."""
     saved, records = tidy.counted(run)
-    there = machine_constants(sheet, dtype, host=_host(saved))
+    there = datasheet_constants(sheet, dtype, host=_host(saved))
     rows = []
     for rec in records:
         if rec.get("status") != "ok" or "time_median_s" not in rec or not rec.get("ops"):

@@ -26,14 +26,13 @@ import pandas as pd
 
 from benchmarks.core import machine, measure, perfmodel, profiler, records
 from benchmarks.core.records import read_json
-from benchmarks.core.runner import BUSY_SHARE
 
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
 from .peaks import impossible, peak_key, peaks_of, too_low
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "counted", "from_asv",
-           "from_runner", "load", "load_pairs", "load_profiles", "runs", "unique_paths"]
+           "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -116,7 +115,7 @@ def _constants_key(rec: dict, saved: dict) -> str:
 
 
 def _constants(saved: dict) -> dict[str, perfmodel.Constants]:
-    """machine.json's measured constants (``runner.machine_constants``) as the performance model's."""
+    """machine.json's measured constants (``constants_cache.this_machine``) as the performance model's."""
     return {key: perfmodel.Constants.measured(c) for key, c in (saved.get("constants") or {}).items()}
 
 
@@ -238,7 +237,7 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
     if "time_median_s" in rec:  # how many rounds it was timed in, of how many planned (older records: one)
         common["rounds"] = len(rec.get("rounds") or ()) or 1
         common["rounds_planned"] = rec.get("rounds_planned", 1)
-    if len(rec.get("rounds") or ()) > 1:  # measured until its last round (the run's span, tidy.runs)
+    if len(rec.get("rounds") or ()) > 1:  # measured until its last round (the run's span, analyses.runs.table)
         common["finished"] = pd.Timestamp(rec["rounds"][-1]["started_at"])
     for fact in ("threads", "hosts"):  # how many threads each rank had, over how many machines its ranks ran
         if rec.get(fact) is not None:
@@ -338,31 +337,6 @@ def load(paths: Iterable[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def runs(t: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: machine, source, commit (or why there is none), environment, when, its rounds (and
-    ``incomplete``: timed cases with fewer rounds than the run planned, a run cut short), how busy the machine
-    was (``others_cpu``: the median and largest share of the cores other processes used while its CPU cases
-    were timed; ``busy_cases``: cases timed while others used more than BUSY_SHARE) and its cases by status."""
-    timed = t[t.metric.isin(["time", "sequential_depth"])]
-    status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
-    out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
-                                          commit=("commit", "first"), commit_error=("commit_error", "first"),
-                                          env=("env", "first"), first=("date", "min"), last=("finished", "max"),
-                                          rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"),
-                                          runtime=("runtime", "first"))
-    out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}"
-                     for c, e in zip(out.commit, out.commit_error, strict=True)]
-    ok = timed[timed.status == "ok"]
-    out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
-        out.index, fill_value=0).astype(int)
-    others = t[(t.metric == "others_cpu_share") & (t.status == "ok")].groupby("run").value
-    out["others_cpu"] = [f"median {others.median()[r]:.0%}, max {others.max()[r]:.0%}"
-                         if r in others.groups else None for r in out.index]
-    out["busy_cases"] = (others.apply(lambda v: (v > BUSY_SHARE).sum())).reindex(out.index).astype("Int64")
-    out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
-    return out
-
-
 def _runner_folders(paths: Iterable[str], machine: str | None) -> Iterable[tuple[str, str, dict]]:
     """(folder, machine name, its machine.json) of each runner folder among ``paths`` (those with a machine.json), of
     ``machine`` (every machine when None)."""
@@ -401,7 +375,7 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
 
 
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
-    """The profile records (``benchmarks.profile``) in runner folders among ``paths``, of ``machine`` (every
+    """The profile records (``attention-bench profile``) in runner folders among ``paths``, of ``machine`` (every
     machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
     return [{**r, "root": path, "machine": name} for path, name, _ in _runner_folders(paths, machine)
             for r in profiler.load(path)]

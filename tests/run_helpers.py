@@ -24,7 +24,7 @@ _MEASURE, _QUICK = constants.measure, {}
 
 
 def _quick_constants(device="cpu", dtype="float32", quick=False):
-    """The performance model's constants as a run measures them (runner.machine_constants), but quick and
+    """The performance model's constants as a run measures them (constants_cache.this_machine), but quick and
     once per device, dtype and thread count for the whole session (seconds each; dozens of runs use them)."""
     key = (device, dtype, torch.get_num_threads())
     if key not in _QUICK:
@@ -34,14 +34,14 @@ def _quick_constants(device="cpu", dtype="float32", quick=False):
 
 @contextlib.contextmanager
 def quick_measuring():
-    """Every run watches the cores for half a second before it starts (runner.machine_busy), every CPU
+    """Every run watches the cores for half a second before it starts (machine.machine_busy), every CPU
     method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME), a calibration
     times GEMMs of 1024 and 2048 for 0.3 s each (machine.GEMM_SIZES, PEAK_TIME) and the performance model's
     constants take seconds; the tests make dozens of short runs in one process, so there these take 50 ms,
     2 ms, one 512 GEMM for 50 ms and one quick measurement per session. Every test runs in it (conftest),
     and so do the fixtures that measure for a whole module."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "BUSY_SAMPLE_S", 0.05)
+        mp.setattr(machine, "BUSY_SAMPLE_S", 0.05)
         mp.setattr(measuring, "CONTROL_TIME", 0.002)
         mp.setattr(machine, "PEAK_TIME", 0.05)
         mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (512,)})

@@ -107,15 +107,16 @@ def test_the_comparison_times_its_callables_in_mirrored_order():
     assert [set(r) for r in rounds] == [{"ours_s", "torch_s", "floor_s"}] * 2
     runs = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]  # adjacent blocks of one merge
     assert runs[-9:] == ["ours", "torch", "floor", "torch", "ours", "torch", "floor", "torch", "ours"]
-    assert _script()._quartiles([0.9]) == [0.9, 0.9]  # one round (--rounds 1) has a spread of nothing
+    assert _script()._quartiles([0.9]) == [0.9, 0.9]  # one round (--mirrored-rounds 1) has a spread of nothing
     assert _script()._quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == [2.0, 4.0]
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--device", "tpu"], "--device must be cpu or cuda, got 'tpu'"),
-    (["--rounds", "0"], "--rounds must be a positive integer, got 0"),
-    (["--block-time", "nan"], "--block-time must be a positive number of seconds, got nan"),
-] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: this machine has no CUDA GPU")]))
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
+    (["--mirrored-rounds", "0"], "argument --mirrored-rounds: must be a whole number >= 1, got '0'"),
+    (["--block-time", "nan"], "argument --block-time: must be a finite number of seconds > 0, got 'nan'"),
+    (["--device", "cpu", "--device", "cuda"], "--device: give one"),
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: this machine has no CUDA device")]))
 @pytest.mark.slow
 def test_the_comparison_refuses_bad_input_before_measuring(flags, message):
     import subprocess

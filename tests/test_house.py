@@ -14,7 +14,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PACKAGES = ("attention_bench", "transformer", "benchmarks", "reports", "scripts")
 BIN = os.path.dirname(sys.executable)
 #: the most lines a module of the project may have (tests excluded)
-MAX_LINES = 420
+MAX_LINES = 400
 
 
 def lint_imports(cwd: str) -> subprocess.CompletedProcess:
@@ -48,7 +48,7 @@ def test_no_module_imports_itself_back():
     assert not cycles, cycles
 
 
-def test_no_module_is_far_over_400_lines():
+def test_no_module_is_over_400_lines():
     long = {}
     for name in PACKAGES:
         for folder, _, files in os.walk(os.path.join(ROOT, name)):

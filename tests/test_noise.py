@@ -14,10 +14,11 @@ import pytest
 from run_helpers import PLAN, measure
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import machine, records, runner
+from benchmarks.core import machine, records
 from benchmarks.core import measure as measure_
 from reports import tidy
 from reports.analyses import noise
+from reports.analyses import runs as run_list
 
 # -- noise: interleaved control, normalised times, busy machine, noisy cases --------------------
 
@@ -64,15 +65,15 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     assert value("time") == [1.5, 2.0] * 15
     assert value("time_normalised") == pytest.approx([2.0] * 30)
     assert value("time_best_round") == [1.0, 2.0] * 15
-    span = tidy.runs(t).iloc[0]  # the run lasted until its last round, not its first
+    span = run_list.table(t).iloc[0]  # the run lasted until its last round, not its first
     assert (span["first"], span["last"]) == (pd.Timestamp(at(0)), pd.Timestamp(at(129)))
     assert set(noise.AGREEMENT_METRICS) >= {"time", "time_normalised", "time_best_round"}
 
 
 def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):
-    assert 0 <= runner.cpu_busy(0.2) <= 1
+    assert 0 <= machine.cpu_busy(0.2) <= 1
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    monkeypatch.setattr(runner, "cpu_busy", lambda seconds=0.5: 0.93)
+    monkeypatch.setattr(machine, "cpu_busy", lambda seconds=0.5: 0.93)
     measure(tmp_path / "run", PLAN[:1])
     assert "already busy (other processes use 93% of its 1 cores)" in capsys.readouterr().err
 
@@ -82,7 +83,7 @@ def test_the_busy_check_sees_other_processes_spinning():
     spin = "import time\nstop = time.time() + 1.5\nwhile time.time() < stop: pass"
     spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
     time.sleep(0.3)  # started: a real busy machine, from other processes (this one's own use is not counted)
-    measured = runner.cpu_busy(0.5)
+    measured = machine.cpu_busy(0.5)
     for s in spinners:
         s.wait()
     assert measured > 0.5  # every core spun by another process
@@ -121,7 +122,7 @@ def test_a_run_cut_short_before_its_rounds_is_labelled_incomplete_on_the_page(tm
         measure(tmp_path / "run", rounds=3)
     monkeypatch.undo()
     t = tidy.load([str(tmp_path / "run")])
-    run = tidy.runs(t).iloc[0]
+    run = run_list.table(t).iloc[0]
     assert run.rounds_planned == 3 and run.incomplete == 6 and run.rounds == 2
     assert attention_bench(["report", str(tmp_path / "run"), "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
@@ -134,7 +135,7 @@ def test_a_busy_machine_is_said_on_the_page_per_run_and_per_case(tmp_path, fake_
     run = measure(tmp_path / "run")
     t = tidy.load([run])
     assert sorted(t[t.metric == "others_cpu_share"].value) == [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]
-    listed = tidy.runs(t).iloc[0]
+    listed = run_list.table(t).iloc[0]
     assert listed.busy_cases == 3 and listed.others_cpu == "median 50%, max 90%"
     assert len(noise.busy_cases(t)) == 3 and (noise.busy_cases(t).others_cpu_share == 0.9).all()
     assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0

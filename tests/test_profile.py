@@ -123,3 +123,23 @@ def test_bad_input_is_a_clear_error(argv, message, capsys, tmp_path):
     code, err = in_process(capsys, "profile", *argv, "--out", str(tmp_path))
     assert code == 2 and message in err, err
     assert not os.path.exists(os.path.join(tmp_path, "profiles"))  # nothing half-written
+
+
+@pytest.mark.slow
+def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path):
+    """A calibration sets torch's threads in the main job's process (which slows small operators for the rest of
+    the process); its profiles run in a fresh one, at torch's own thread count."""
+    import torch
+
+    default = torch.get_num_threads()
+    if default == 1:
+        pytest.skip("one core: the thread count cannot tell the processes apart")
+    torch.set_num_threads(1)
+    try:
+        case = ("attention", {"seq_len": 128, "d_head": 64, "backend": "sdpa", "causal": False, "dtype": "float32",
+                              "device": "cpu"}, "forward")
+        counts = profiler.run_set_fresh([case], str(tmp_path), cycles=1, progress=False)
+    finally:
+        torch.set_num_threads(default)
+    assert counts == {"ok": 1}
+    assert [r["threads"] for r in profiler.load(str(tmp_path))] == [default]

@@ -15,6 +15,7 @@ from test_tidy import write_asv_results
 from attention_bench.cli import main as attention_bench
 from benchmarks.core import machine, records, runner
 from reports import tidy
+from reports.analyses import runs as run_list
 
 #: (what is done to a timed record, the words that say why it cannot be right)
 DAMAGE = [
@@ -108,7 +109,7 @@ def test_records_of_another_commit_are_named_and_never_counted_as_this_runs(tmp_
     other = t[t.status == "other commit"]
     assert len(other) == 1 and "measured at commit ffffffff" in other.reason.iloc[0]
     assert set(t.commit.dropna()) == {records.commit()}  # one commit in the table, the folder's
-    assert set(tidy.runs(t).commit) == {records.short(records.commit())}
+    assert set(run_list.table(t).commit) == {records.short(records.commit())}
     assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     assert f"warning: other commit record, not counted: {path}" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from run_helpers import PLAN
 
-from benchmarks.core import machine, records, runner
+from benchmarks.core import constants_cache, machine, records, runner
 
 
 def git(root, *args):
@@ -76,7 +76,8 @@ def test_a_resume_that_adds_the_constants_keeps_the_earlier_calibrations(tmp_pat
     records.write_json_atomic(os.path.join(r.out, "machine.json"), {
         "machine": machine.metadata(), "gemm_peaks": earlier, "calibrations": [earlier], "commit": r.commit})
     monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {k: 4e10 for k in keys})
-    monkeypatch.setattr(runner, "machine_constants", lambda threads, kept, quick, *rest: {k: {"x": 1} for k in keys})
+    monkeypatch.setattr(constants_cache, "this_machine",
+                        lambda threads, kept, quick, *rest: {k: {"x": 1} for k in keys})
     peaks = r.calibrate([1])
     saved = records.read_json(os.path.join(r.out, "machine.json"))
     assert saved["calibrations"][0] == earlier and len(saved["calibrations"]) == 2

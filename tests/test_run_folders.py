@@ -34,7 +34,7 @@ def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(t
     monkeypatch.setattr(runner, "commit", lambda: None)
     without = measure(tmp_path / "no-commit")  # measured later: the latest run
     t = tidy.load([with_commit, without])
-    listed = tidy.runs(t)
+    listed = runs.table(t)
     assert listed.loc[os.path.normpath(without), "commit"] == "none: git rev-parse HEAD failed: dubious ownership"
     used = runs.latest(t)
     assert set(used.run) == {os.path.normpath(without)} and (used.status == "ok").any()

@@ -14,10 +14,11 @@ import datetime as dt
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
+from .. import cases
 from . import constants, machine, records
 
 #: days a cached measurement stands for the machine
@@ -67,3 +68,22 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
     except OSError:  # a cache that cannot be written costs the next run a measurement, nothing more
         pass
     return value, "measured now"
+
+
+def this_machine(threads: list[int], skip: Iterable[str] = (), quick: bool = False, again: bool = False,
+                      sources: dict | None = None) -> dict[str, dict]:
+    """The performance model's constants (``constants.measure``; ``quick``: its coarse grid) of every device
+    and dtype this machine has, the CPU at its default thread count and at each of ``threads``, by
+    ``machine.peak_key``: from this machine's cache unless ``again``; the keys in
+    ``skip`` are left out. ``sources`` (a dict) is told where each key's constants came from."""
+    out, sources = {}, {} if sources is None else sources
+    for t in sorted({torch.get_num_threads(), *threads}):
+        key = machine.peak_key("cpu", "float32", t)
+        if key not in skip:
+            with cases.using_threads(t):
+                out[key], sources[key] = get("cpu", "float32", quick, again)
+    for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
+        key = machine.peak_key("cuda", dtype, None)
+        if key not in skip:
+            out[key], sources[key] = get("cuda", dtype, quick, again)
+    return out

@@ -256,3 +256,29 @@ def asv_location() -> tuple[str, str] | None:
     results = (load_json(path, js_comments=True).get("results_dir", "results") if os.path.exists(path)
                else ".asv/results")
     return os.path.dirname(os.path.join(conf, results).rstrip(os.path.sep)), env or "env"
+
+
+#: other processes using more than this share of the cores (while this one waits) make a busy machine
+BUSY_SHARE = 0.5
+#: seconds the busy check watches the cores for, before every run
+BUSY_SAMPLE_S = 0.5
+
+
+def cpu_busy(seconds: float = 0.5) -> float | None:
+    """Share of all cores that other processes use over the next ``seconds`` (while this one sleeps): what
+    others are using now. None where /proc/stat is not there."""
+    before = cpu_counters()
+    time.sleep(seconds)
+    return others_cpu_share(before, cpu_counters())
+
+
+def machine_busy() -> str | None:
+    """A sentence when the machine is already busy as a run starts (others use more than BUSY_SHARE of
+    the cores, measured over half a second; the load average lags a minute behind and would flag the
+    run that just ended), else None: times measured now will be slower and noisier."""
+    busy = cpu_busy(BUSY_SAMPLE_S)
+    if busy is None or busy <= BUSY_SHARE:
+        return None
+    cores = os.cpu_count() or 1
+    return (f"this machine is already busy (other processes use {busy:.0%} of its {cores} cores); times "
+            f"measured now are slower and noisier: wait for it to quieten, or compare normalised times")

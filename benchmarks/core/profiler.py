@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -56,83 +57,20 @@ from tqdm import tqdm
 
 from .. import cases
 from . import machine, opgraph, records
+from .components import (  # noqa: F401 (the profile's terms, read through this module too)
+    COMPONENTS,
+    GLUE,
+    GROUPING,
+    MATMUL_COMPONENTS,
+    UNLABELLED,
+    analytic_by_component,
+    analytic_component,
+    component,
+)
 from .records import UnreadableRecord, case_key, classify_failure, commit, read_json, write_json_atomic
 
-#: record_function label -> the component it belongs to (the paper's terms). Labels that only group
-#: others (a whole encoder, one attention block) keep the time of the operators directly inside them
-#: under "block glue" (Python and views between the labelled steps, e.g. splitting the heads).
-COMPONENTS = {
-    "embedding": "embedding", "positional_encoding": "positional encoding",
-    "mha.qkv_proj": "Q/K/V projections", "mha.q_proj": "Q/K/V projections", "mha.kv_proj": "Q/K/V projections",
-    "mha.k_proj": "Q/K/V projections", "mha.v_proj": "Q/K/V projections", "mha.head_proj": "Q/K/V projections",
-    "attention.scores": "scores Q·Kᵀ", "attention.mask": "mask", "attention.softmax": "softmax",
-    "attention.weights_v": "weights·V", "attention.sdpa": "fused attention (SDPA)", "mha.concat": "concat heads",
-    "mha.out_proj": "W_O", "ffn": "FFN", "add_norm": "add & norm", "final_norm": "final norm",
-    "generator": "generator", "encoder.bigru": "biGRU encoder", "additive_attention.keys": "U_a·h (once)",
-    "additive_attention": "additive attention", "gru_step": "GRU step", "decoder.init_state": "initial state",
-    "readout": "readout", "recurrent_layer.gru": "GRU layer", "decode_step": "decoding loop",
-    "loss": "loss", "backward": "backward",
-}
-GROUPING = ("encoder", "decoder", "encoder.self_attn", "decoder.self_attn", "decoder.cross_attn")
-UNLABELLED, GLUE = "unlabelled", "block glue"
-#: components whose time is matmul work by construction (the rest is elementwise, memory or glue)
-MATMUL_COMPONENTS = {"Q/K/V projections", "scores Q·Kᵀ", "weights·V", "fused attention (SDPA)", "W_O", "FFN",
-                     "generator", "biGRU encoder", "U_a·h (once)", "GRU step", "initial state", "readout",
-                     "GRU layer"}
 #: the most the components may differ from the unprofiled call before a profile is flagged
 SUM_TOLERANCE = 0.10
-
-
-def component(labels: tuple[str, ...] | list[str]) -> str:
-    """The component of an operator or label, from the labels around it (innermost that names one)."""
-    for label in reversed(list(labels)):
-        if label in COMPONENTS:
-            return COMPONENTS[label]
-        if label not in GROUPING:
-            return label  # a label this table does not know yet: shown under its own name
-    return GLUE if labels else UNLABELLED
-
-
-def analytic_component(name: str, fused: bool) -> str:
-    """The component an analytic FLOP entry (``transformer.flops`` dotted name) belongs to."""
-    parts = name.split(".")
-    last = parts[-1]
-    if parts[0] == "recurrent_layer":
-        return "GRU layer"
-    if parts[0] == "encoder" and len(parts) > 1 and parts[1].startswith("bigru"):
-        return "biGRU encoder"
-    if parts[:2] == ["decoder", "init_state"]:
-        return "initial state"
-    if parts[:3] == ["decoder", "attention", "keys"]:
-        return "U_a·h (once)"
-    if parts[:2] == ["decoder", "attention"]:
-        return "additive attention"
-    if parts[:2] == ["decoder", "gru"]:
-        return "GRU step"
-    if parts[:2] == ["decoder", "readout"]:
-        return "readout"
-    if last in ("q_proj", "k_proj", "v_proj"):
-        return "Q/K/V projections"
-    if last in ("scores", "weights_v"):
-        return "fused attention (SDPA)" if fused else {"scores": "scores Q·Kᵀ", "weights_v": "weights·V"}[last]
-    if last == "out_proj":
-        return "W_O"
-    if "ffn" in parts:
-        return "FFN"
-    if name == "generator":
-        return "generator"
-    raise ValueError(f"analytic FLOP entry {name!r} has no component; add it to analytic_component")
-
-
-def analytic_by_component(case: cases.Prepared, method: str, fused: bool) -> dict[str, int]:
-    """The analytic matmul FLOPs of one method per component; a training step's backward is one component."""
-    fwd = case.generate_flops.forward if method == "generate" else case.flops.forward
-    out: Counter = Counter()
-    for name, v in fwd.matmul.items():
-        out[analytic_component(name, fused)] += v
-    if method == "train_step":
-        out["backward"] += case.flops.backward.matmul_total
-    return {k: v for k, v in out.items() if v}
 
 
 # -- time ------------------------------------------------------------------------------------------
@@ -417,3 +355,13 @@ def run_set(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 
             counts[status] += 1
             print(f"{case_key(area, method, params)}: {status}: {reason}", file=sys.stderr)
     return dict(counts)
+
+
+def run_set_fresh(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 5, progress: bool = True
+                  ) -> dict[str, int]:
+    """``run_set`` in a fresh process (spawned: a new interpreter), so that the cases are profiled in the users'
+    regime whatever this process has done: a calibration at other thread counts sets torch's threads, and
+    setting them slows small operators for the rest of the process."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(run_set, (name, out), {"cycles": cycles, "progress": progress})
+

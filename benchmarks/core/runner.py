@@ -149,7 +149,7 @@ class Runner:
 
     def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
         """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
-        ``machine_constants``): measured at its start, reused on resume;
+        ``constants_cache.this_machine``): measured at its start, reused on resume;
         ``again`` (at the end of a run that measured something) measures them once more and keeps each key's
         best of every calibration (``calibrations`` lists them), so that a calibration slowed by another
         process does not stand as the machine's peak."""
@@ -167,7 +167,8 @@ class Runner:
         peaks = machine.best_peaks(*calibrations)
         kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
         sources = saved.get("constants_source", {}) if kept else {}
-        fresh_constants = machine_constants(threads, kept, self.quick_constants, self.recalibrate, sources)
+        fresh_constants = constants_cache.this_machine(threads, kept, self.quick_constants, self.recalibrate,
+                                                          sources)
         write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "calibrations": calibrations,
                                  "constants": {**fresh_constants, **kept}, "constants_source": sources,
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
@@ -242,7 +243,7 @@ class Runner:
     def run(self, todo: list[tuple[str, dict]], progress: bool = True) -> dict[str, int]:
         """Measure every case not yet recorded; returns how many records of each status were written."""
         threads = sorted({p["threads"] for a, p in todo if "threads" in p})
-        busy = machine_busy()
+        busy = machine.machine_busy()
         if busy:
             print(f"warning: {busy}", file=sys.stderr)
         self.peaks = self.calibrate(threads)
@@ -369,48 +370,3 @@ def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tupl
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             sys.exit(EXIT_DISK_FULL)
         raise
-
-
-#: other processes using more than this share of the cores (while this one waits) make a busy machine
-BUSY_SHARE = 0.5
-#: seconds the busy check watches the cores for, before every run
-BUSY_SAMPLE_S = 0.5
-
-
-def machine_constants(threads: list[int], skip: Iterable[str] = (), quick: bool = False, again: bool = False,
-                      sources: dict | None = None) -> dict[str, dict]:
-    """The performance model's constants (``constants.measure``; ``quick``: its coarse grid) of every device
-    and dtype this machine has, the CPU at its default thread count and at each of ``threads``, by
-    ``machine.peak_key``: from this machine's cache (``constants_cache``) unless ``again``; the keys in
-    ``skip`` are left out. ``sources`` (a dict) is told where each key's constants came from."""
-    out, sources = {}, {} if sources is None else sources
-    for t in sorted({torch.get_num_threads(), *threads}):
-        key = machine.peak_key("cpu", "float32", t)
-        if key not in skip:
-            with cases.using_threads(t):
-                out[key], sources[key] = constants_cache.get("cpu", "float32", quick, again)
-    for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
-        key = machine.peak_key("cuda", dtype, None)
-        if key not in skip:
-            out[key], sources[key] = constants_cache.get("cuda", dtype, quick, again)
-    return out
-
-
-def cpu_busy(seconds: float = 0.5) -> float | None:
-    """Share of all cores that other processes use over the next ``seconds`` (while this one sleeps): what
-    others are using now. None where /proc/stat is not there."""
-    before = machine.cpu_counters()
-    time.sleep(seconds)
-    return machine.others_cpu_share(before, machine.cpu_counters())
-
-
-def machine_busy() -> str | None:
-    """A sentence when the machine is already busy as a run starts (others use more than BUSY_SHARE of
-    the cores, measured over half a second; the load average lags a minute behind and would flag the
-    run that just ended), else None: times measured now will be slower and noisier."""
-    busy = cpu_busy(BUSY_SAMPLE_S)
-    if busy is None or busy <= BUSY_SHARE:
-        return None
-    cores = os.cpu_count() or 1
-    return (f"this machine is already busy (other processes use {busy:.0%} of its {cores} cores); times "
-            f"measured now are slower and noisier: wait for it to quieten, or compare normalised times")

@@ -14,8 +14,9 @@ import itertools
 
 import pandas as pd
 
+from benchmarks.core.machine import BUSY_SHARE
 from benchmarks.core.measure import MIN_SAMPLES
-from benchmarks.core.runner import BUSY_SHARE, NOISY
+from benchmarks.core.runner import NOISY
 
 from .. import tidy
 from .base import case_columns
@@ -81,7 +82,7 @@ def busy_cases(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_warnings(runs: pd.DataFrame) -> list[str]:
-    """What a reader must know before trusting a run (``tidy.runs``): it was cut short before all its
+    """What a reader must know before trusting a run (``runs.table``): it was cut short before all its
     rounds, or timed while other processes used the cores."""
     out = []
     for run, r in runs.iterrows():

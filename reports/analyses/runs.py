@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from benchmarks.core import records
+from benchmarks.core.machine import BUSY_SHARE
+
 from .base import case_columns
 
 
@@ -53,3 +56,27 @@ def memory_limits(t: pd.DataFrame) -> pd.DataFrame:
             for m, a, d in zip(oom.machine, oom.area, oom.device, strict=True)]
     return case_columns(oom.assign(largest_n_measured=fits), "largest_n_measured", "reason")
 
+
+def table(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: machine, source, commit (or why there is none), environment, when, its rounds (and
+    ``incomplete``: timed cases with fewer rounds than the run planned, a run cut short), how busy the machine
+    was (``others_cpu``: the median and largest share of the cores other processes used while its CPU cases
+    were timed; ``busy_cases``: cases timed while others used more than BUSY_SHARE) and its cases by status."""
+    timed = t[t.metric.isin(["time", "sequential_depth"])]
+    status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
+    out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
+                                          commit=("commit", "first"), commit_error=("commit_error", "first"),
+                                          env=("env", "first"), first=("date", "min"), last=("finished", "max"),
+                                          rounds=("rounds", "max"), rounds_planned=("rounds_planned", "max"),
+                                          runtime=("runtime", "first"))
+    out["commit"] = [records.short(c) if isinstance(c, str) else f"none: {e}"
+                     for c, e in zip(out.commit, out.commit_error, strict=True)]
+    ok = timed[timed.status == "ok"]
+    out["incomplete"] = (ok.rounds < ok.rounds_planned).fillna(False).groupby(ok.run).sum().reindex(
+        out.index, fill_value=0).astype(int)
+    others = t[(t.metric == "others_cpu_share") & (t.status == "ok")].groupby("run").value
+    out["others_cpu"] = [f"median {others.median()[r]:.0%}, max {others.max()[r]:.0%}"
+                         if r in others.groups else None for r in out.index]
+    out["busy_cases"] = (others.apply(lambda v: (v > BUSY_SHARE).sum())).reindex(out.index).astype("Int64")
+    out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
+    return out
