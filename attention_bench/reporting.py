@@ -12,8 +12,7 @@ import pandas as pd
 
 from benchmarks.core import guards, records
 from reports import claims, columns, history, html, measured, predict, publish, ranges, reproduce, tidy
-from reports.analyses import noise
-from reports.analyses.hardware import analyse_hardware
+from reports.analyses import hardware, noise
 from reports.analyses.runs import one_machine_per_run
 from reports.html import MISSING, displayable
 
@@ -83,7 +82,7 @@ def compare(args: argparse.Namespace) -> int:
     found = noise.agreements(table)
     _print_agreement(found)
     table = one_machine_per_run(table)  # two runs of one machine are compared, not reduced to one
-    a = ranges.check(analyse_hardware(table))
+    a = ranges.check(hardware.analyse(table))
     print(a.verdict)
     for name, df in a.tables.items():
         print(f"\n{name}:\n{displayable(df).to_string(na_rep=MISSING)}")

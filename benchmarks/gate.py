@@ -6,7 +6,7 @@
 Each side's ``transformer`` (a commit's, from ``git archive``, or the working tree's) runs in a worker
 process of its own, with this checkout's case definitions (``benchmarks.cases``) for both; one controller
 alternates them in mirrored blocks (A B B A, then B A A B) over short rounds until every case is decided or
-the time budget is spent (``benchmarks.core.paired``). Prints one row per case (base time, head time, the
+the time budget is spent (``benchmarks.core.mirrored``). Prints one row per case (base time, head time, the
 ratio head/base with its 95% interval, the verdict) and saves the comparison as a record
 (``results/gate/<base>-<head>.json``; ``attention-bench measured`` renders it).
 
@@ -30,7 +30,7 @@ import torch
 
 from . import cases
 from .core import guards, machine
-from .core.paired import (
+from .core.mirrored import (
     FIXED_ALLOCATOR,
     HANDOVER_S,
     SESSION_ROUNDS,

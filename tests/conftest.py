@@ -30,6 +30,16 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
+def _threads_as_they_were():
+    """A test that leaves torch's thread count changed (an asv benchmark's setup sets its case's count: asv runs
+    each in a process of its own) hands it back, so that the next test runs at the count it would alone."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
 def _short_busy_check_and_controls():
     """Every test measures as run_helpers.quick_measuring says (the checks themselves are tested as they are)."""
     with quick_measuring():

@@ -11,9 +11,9 @@ from reports.analyses import (
     c1_length,
     c1_threads,
     c2_roofline,
+    c3_heads,
     fits,
     hardware,
-    heads,
     registry,
     runs,
     table1,
@@ -58,7 +58,7 @@ def model_times(scale=1.0):
 
 def test_sequence_length_fits_exponents_and_finds_the_crossover():
     train = [dict(r, method="train_step", value=3 * r["value"]) for r in model_times()]
-    a = c1_length.analyse_sequence_length(table(model_times(), train))
+    a = c1_length.analyse(table(model_times(), train))
     assert a.numbers["exponent_cpu_tiny_train_step_rnn-width"] == pytest.approx(2.0)
     assert "time_cpu_tiny_train_step" in a.tables
     assert a.numbers["exponent_cpu_tiny_forward_transformer"] == pytest.approx(1.0)
@@ -75,7 +75,7 @@ def test_generation_compares_parallel_and_sequential_throughput():
                device="cpu", seq_len=64)
     gen = rows("models", "tokens_per_s", {(("model", "transformer"),): 100.0, (("model", "rnn-width"),): 125.0},
                method="generate", device="cpu", seq_len=64)
-    a = c1_generation.analyse_generation(table(fwd, gen))
+    a = c1_generation.analyse(table(fwd, gen))
     assert a.numbers["parallel_advantage_cpu_transformer_n64"] == pytest.approx(10.0)
     assert a.numbers["parallel_advantage_cpu_rnn-width_n64"] == pytest.approx(2.0)
     assert a.numbers["transformer_over_rnn_forward_cpu"] == pytest.approx(4.0)
@@ -93,21 +93,21 @@ def test_generation_compares_parallel_and_sequential_throughput():
                     "models", metric, {(("model", m),): f(v) for m, v in per_s.items()}, method=method, **fixed)]
         return table(out)
 
-    once = c1_generation.analyse_generation(timed(1)).verdict
+    once = c1_generation.analyse(timed(1)).verdict
     assert "4 of the 4 times at n = 64 rest on fewer than 3 timed values (as few as 1), so these ratios have no " \
            "measured spread" in once
-    assert "no measured spread" not in c1_generation.analyse_generation(timed(7)).verdict
+    assert "no measured spread" not in c1_generation.analyse(timed(7)).verdict
 
 
 def test_threads_speedup_and_efficiency():
     perfect = {(("workload", "attention"), ("threads", p)): 1.0 / p for p in (1, 2, 4)}
     serial = {(("workload", "rnn-width"), ("threads", p)): 1.0 for p in (1, 2, 4)}
-    a = c1_threads.analyse_threads(table(rows("threads", "time", {**perfect, **serial})))
+    a = c1_threads.analyse(table(rows("threads", "time", {**perfect, **serial})))
     assert a.numbers["speedup_attention_p4"] == pytest.approx(4.0)
     assert a.numbers["efficiency_attention_p4"] == pytest.approx(1.0)
     assert a.numbers["efficiency_rnn-width_p4"] == pytest.approx(0.25)
     assert "attention scales best, rnn-width worst" in a.verdict
-    one = c1_threads.analyse_threads(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
+    one = c1_threads.analyse(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
     assert one.missing and "at least two thread counts" in one.verdict
 
 
@@ -117,7 +117,7 @@ def test_roofline_fraction_of_the_measured_peak():
                 for n, v in ((128, lo), (1024, hi))}
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
-    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
+    a = c2_roofline.analyse(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
                                                 threads=2), peak))
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(0.5)
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.2)
@@ -125,7 +125,7 @@ def test_roofline_fraction_of_the_measured_peak():
     # cases run at 1 thread are held to the 1-thread peak, not to the most threads' (which halved them here)
     one = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 1),): 60e9}, method="matmul", device="cpu",
                dtype="float32")
-    a = c2_roofline.analyse_roofline(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
+    a = c2_roofline.analyse(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
                                                 threads=1), peak, one))
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
 
@@ -141,7 +141,7 @@ def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
     achieved[1].update(low=31e9, high=33e9)
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
-    a = c2_roofline.analyse_roofline(table(achieved, peak))
+    a = c2_roofline.analyse(table(achieved, peak))
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.32)
     assert a.intervals["best_fraction_cpu_math"] == (pytest.approx(0.31), pytest.approx(0.52))
     assert "math 32% (31-52%)" in a.answer
@@ -161,7 +161,7 @@ def heads_table(flat=True):
 
 
 def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
-    a = heads.analyse_heads(heads_table(flat=True))
+    a = c3_heads.analyse(heads_table(flat=True))
     assert a.numbers["matmul_flops_max_over_min"] == 1.0 and "“same FLOPs” holds" in a.verdict
     assert a.numbers["time_ratio_h64_over_h1_batched"] == pytest.approx(1.64 / 1.01)
     assert a.tables["work"].score_bytes.loc[64] == 64 * a.tables["work"].score_bytes.loc[1]
@@ -172,15 +172,15 @@ def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
     assert a.numbers["wo_flops_ratio"] == pytest.approx(1.25) and "W_O adds 25% of the matmul FLOPs" in a.verdict
     flat_time = heads_table(flat=True)
     flat_time.loc[flat_time.metric == "time", "value"] = 0.02
-    untracked = heads.analyse_heads(flat_time)
+    untracked = c3_heads.analyse(flat_time)
     assert "does not track the score-matrix size" in untracked.verdict
-    grown = heads.analyse_heads(heads_table(flat=False))
+    grown = c3_heads.analyse(heads_table(flat=False))
     assert grown.numbers["matmul_flops_max_over_min"] == 64 and "does not hold" in grown.verdict
 
 
 def test_score_bytes_follow_the_case_shape():
     s = cases.MULTIHEAD_SHAPE
-    assert heads.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4
+    assert c3_heads.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4
 
 
 def layer_table():
@@ -198,7 +198,7 @@ def layer_table():
 
 
 def test_table1_finds_the_n_equals_d_crossover_and_the_exponents():
-    a = table1.analyse_table1(layer_table())
+    a = table1.analyse(layer_table())
     assert a.numbers["flops_crossover_d128"] == pytest.approx(128)
     assert a.numbers["flops_crossover_d256"] == pytest.approx(256)
     assert a.numbers["time_crossover_d128"] == pytest.approx(128)
@@ -214,7 +214,7 @@ def test_the_flop_crossover_is_exact_even_between_the_grids_points():
     # a grid of n = 64 and 256 only: interpolating between them gave n = 110 at d = 128
     sparse = layer_table()
     sparse = sparse[sparse.seq_len.isin([64, 256])]
-    a = table1.analyse_table1(sparse)
+    a = table1.analyse(sparse)
     assert a.numbers["flops_crossover_d128"] == 128 and a.numbers["flops_crossover_d256"] == 256
     for d in (96, 128, 200):
         n = cases.layer_flop_crossover(d)
@@ -229,11 +229,11 @@ def test_hardware_ratios_raw_and_per_gemm_peak():
                   dtype="float32")
              + rows("gemm", "gemm_peak_flops_per_s", {(("threads", 8),): 2e11}, "matmul", "fast", device="cpu",
                     dtype="float32"))
-    a = hardware.analyse_hardware(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
+    a = hardware.analyse(table([dict(r, machine="slow") for r in model_times()], fast, peaks))
     s = a.tables["speedup"].iloc[0]
     assert s.machine == "fast" and s.cases == 14
     assert s.median_speedup == pytest.approx(2.0) and s.median_speedup_per_peak == pytest.approx(1.0)
-    alone = hardware.analyse_hardware(table(model_times()))
+    alone = hardware.analyse(table(model_times()))
     assert alone.missing and "attention-bench report results/runs/<a>" in alone.verdict
 
 
@@ -242,12 +242,12 @@ def test_hardware_puts_the_gap_the_constants_predict_beside_the_measured_one():
                   for m, k in (("slow", 1), ("fast", 0.25)))
     predicted = ([dict(r, machine=m, metric="predicted_time", value=r["value"] * k) for r in model_times()]
                  for m, k in (("slow", 1), ("fast", 0.5)))  # the constants predict 2x of the 4x measured
-    a = hardware.analyse_hardware(table(slow, fast, *predicted))
+    a = hardware.analyse(table(slow, fast, *predicted))
     s = a.tables["speedup"].iloc[0]
     assert s.median_speedup == pytest.approx(4.0) and s.median_predicted_speedup == pytest.approx(2.0)
     assert s.explained == pytest.approx(0.5)  # log 2 of log 4
     assert "predicts 2.00×: the constants explain 50% of the gap (in log)" in a.verdict
-    without = hardware.analyse_hardware(table(slow, fast)).tables["speedup"].iloc[0]
+    without = hardware.analyse(table(slow, fast)).tables["speedup"].iloc[0]
     assert "median_predicted_speedup" not in without
 
 
@@ -282,7 +282,7 @@ def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
     peaks = [dict(r, machine=m) for m, per_thread in (("two", {1: 1e11, 2: 2e11}), ("one", {1: 1e11, 2: 2e11}))
              for r in rows("gemm", "gemm_peak_flops_per_s", {(("threads", n),): v for n, v in per_thread.items()},
                            "matmul", device="cpu", dtype="float32")]
-    s = hardware.analyse_hardware(table(two, one, peaks)).tables["speedup"].iloc[0]
+    s = hardware.analyse(table(two, one, peaks)).tables["speedup"].iloc[0]
     assert s.cases == 14  # the same cases match although they ran on different thread counts
     assert s.median_speedup == pytest.approx(1 / 1.5)
     assert s.median_speedup_per_peak == pytest.approx((1 / 1.5) * 2e11 / 1e11)
@@ -290,7 +290,7 @@ def test_hardware_normalises_by_the_peak_at_the_thread_count_each_case_ran_on():
 
 def test_curves_never_pool_different_presets_or_batches():
     big = [dict(r, preset="paper-base", value=r["value"] * 10) for r in model_times()]
-    a = c1_length.analyse_sequence_length(table(model_times(), big, big))  # paper-base measured twice as often
+    a = c1_length.analyse(table(model_times(), big, big))  # paper-base measured twice as often
     assert a.numbers["speedup_cpu_tiny_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
     assert a.numbers["speedup_cpu_paper-base_n512"] == pytest.approx(1e-5 * 512**2 / (1e-3 * 512))
     assert a.tables["time_cpu_paper-base_forward"]["transformer"].loc[8] == pytest.approx(10 * 1e-3 * 8)
@@ -310,7 +310,7 @@ def test_c1_splits_the_time_ratio_into_flop_and_flops_per_second_ratios_and_find
             case("transformer", "tiny", n, 1e-3 * n, 2e6 * n) + case("rnn-width", "tiny", n, 4e-3 * n, 1e6 * n)
             + case("transformer", "paper-base", n, 0.5 * n, 4e9 * n)
             + case("rnn-width", "paper-base", n, 0.25 * n, 1e9 * n)]
-    a = c1_length.analyse_sequence_length(table(data))
+    a = c1_length.analyse(table(data))
     assert a.numbers["speedup_cpu_tiny_n64"] == pytest.approx(4.0)
     assert a.numbers["flop_ratio_cpu_tiny_n64"] == pytest.approx(2.0)
     assert a.numbers["flops_per_s_ratio_cpu_tiny_n64"] == pytest.approx(8.0)  # 4 = 8 / 2
@@ -336,27 +336,27 @@ def test_depth_slopes_confirm_or_refute_the_claim():
 
     data = (d("rnn-width", "forward", lambda n: 30 * n + 10) + d("transformer", "forward", lambda n: 51)
             + d("transformer", "generate", lambda n: 39 * n + 20))
-    a = c1_depth.analyse_depth(table(data))
+    a = c1_depth.analyse(table(data))
     assert a.numbers["slope_tiny_rnn-width_forward"] == pytest.approx(30.0)
     assert a.numbers["slope_tiny_transformer_forward"] == pytest.approx(0.0, abs=1e-9)
     assert a.numbers["as_claimed"] == 3 and "3 of 3 agree with the claim" in a.verdict
-    wrong = c1_depth.analyse_depth(table(d("transformer", "forward", lambda n: 2 * n)))
+    wrong = c1_depth.analyse(table(d("transformer", "forward", lambda n: 2 * n)))
     assert "0 of 1 agree" in wrong.verdict and "transformer forward grows contrary to it" in wrong.verdict
 
 
 def test_c5_finds_where_the_unscaled_softmax_saturates():
-    from reports.analyses import softmax_scale
+    from reports.analyses import c5_scaling
 
-    t = softmax_scale.measure(d_ks=(16, 256, 1024))
+    t = c5_scaling.measure(d_ks=(16, 256, 1024))
     un, sc = t[~t.scaled].set_index("d_k"), t[t.scaled].set_index("d_k")
     assert un.max_probability.is_monotonic_increasing and un.entropy_nats.is_monotonic_decreasing
     assert un.logit_std[1024] == pytest.approx(32, rel=0.1) and sc.logit_std[1024] == pytest.approx(1, rel=0.1)
     assert (sc.max_probability < 0.2).all() and un.max_probability[1024] > 0.9
-    a = softmax_scale.analyse_softmax_scaling()
+    a = c5_scaling.analyse()
     first = a.numbers["unscaled_saturates_at_d_k"]
-    full = softmax_scale.measure()
+    full = c5_scaling.measure()
     unscaled = full[~full.scaled]
-    assert first == unscaled[unscaled.max_probability >= softmax_scale.SATURATED].d_k.min()
+    assert first == unscaled[unscaled.max_probability >= c5_scaling.SATURATED].d_k.min()
     assert f"saturates (mean largest probability ≥ 0.9) from d_k = {first}" in a.verdict
 
 
@@ -370,20 +370,20 @@ def test_c1_says_when_its_ratio_has_no_measured_spread_and_gives_the_quartile_ra
         return table(out)
 
     quartiles = {"transformer": (0.4, 0.5, 0.8), "rnn-width": (0.2, 0.25, 0.3)}
-    timed_once = c1_length.analyse_sequence_length(times(1, quartiles)).verdict
+    timed_once = c1_length.analyse(times(1, quartiles)).verdict
     assert "the 0.50× has no measured spread, a time in it resting on 1 timed value " in timed_once
     assert "--rounds R" in timed_once and "quartiles" not in timed_once
-    blocks = c1_length.analyse_sequence_length(times(5, quartiles)).verdict
+    blocks = c1_length.analyse(times(5, quartiles)).verdict
     # the RNN's fastest quartile over the Transformer's slowest, and the other way round
     assert ("between the two times' quartiles (5 or more timed blocks each, seconds apart) the 0.50× spans "
             "0.25×-0.75×, and times measured minutes apart") in blocks
     assert "no measured spread" not in blocks
     unknown = times(5, quartiles)
     unknown.loc[unknown.model == "rnn-width", "samples"] = None  # results that do not say (an asv run without stats)
-    assert "the 0.50× has no known spread" in c1_length.analyse_sequence_length(unknown).verdict
+    assert "the 0.50× has no known spread" in c1_length.analyse(unknown).verdict
     in_rounds = times(5, quartiles).assign(rounds=5)
     assert ("between the two times' quartiles over 5 or more rounds spread over the run, the 0.50× spans 0.25×-0.75×"
-            in c1_length.analyse_sequence_length(in_rounds).verdict)
+            in c1_length.analyse(in_rounds).verdict)
 
 
 def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
@@ -397,7 +397,7 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
                 + case("rnn-width", "tiny", n, 3.6e-3, 4e-3, 4.4e-3)
                 + case("transformer", "paper-base", n, 0.95, 1.0, 1.05)
                 + case("rnn-width", "paper-base", n, *paper_base_rnn)]
-        return c1_length.analyse_sequence_length(table(data)).verdict
+        return c1_length.analyse(table(data)).verdict
 
     tied = verdict((0.85, 0.9, 1.0))  # 0.90× as fast, but 0.81×-1.05× between the quartiles
     assert "The winner changes" not in tied
@@ -407,7 +407,7 @@ def test_no_winner_is_named_at_a_size_whose_ratio_range_holds_parity():
     def all_tied():
         data = [r for n in (16, 64) for p in ("tiny", "paper-base") for r in
                 case("transformer", p, n, 0.9, 1.0, 1.1) + case("rnn-width", p, n, 0.9, 1.0, 1.1)]
-        return c1_length.analyse_sequence_length(table(data)).verdict
+        return c1_length.analyse(table(data)).verdict
 
     assert "On cpu at n = 64 neither model wins at any size measured. At " in all_tied()
     assert "wins at every size" not in all_tied()

@@ -13,7 +13,7 @@ from run_helpers import MEASURE_ONLY, PLAN, cli, in_process, measure
 from attention_bench.cli import main as attention_bench
 from benchmarks.core import runner
 from reports import html, tidy
-from reports.analyses import c1_length, heads
+from reports.analyses import c1_length, c3_heads
 
 #: the main job, and its measuring alone
 RUNS = [("run",), MEASURE_ONLY]
@@ -130,10 +130,10 @@ def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
         pytest.skip("the CUDA case runs here")
     t = tidy.load([measure(tmp_path / "run", cuda_models + [("depth", {"model": "transformer", "preset": "tiny",
                                                                          "mode": "forward", "seq_len": 8})])])
-    c1 = c1_length.analyse_sequence_length(t)
+    c1 = c1_length.analyse(t)
     assert "all 3 cases of the models area were run and none was measured" in c1.verdict
     assert "skipped" in c1.verdict and "CUDA" in c1.verdict
-    assert heads.analyse_heads(t).verdict == "No multi-head results: the multihead area was not run."
+    assert c3_heads.analyse(t).verdict == "No multi-head results: the multihead area was not run."
 
 
 def test_measured_names_a_file_that_is_not_a_saved_record(tmp_path, fake_peaks, capsys):

@@ -13,7 +13,7 @@ import pytest
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate as gate_library
-from benchmarks.core import paired
+from benchmarks.core import mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -32,23 +32,23 @@ def mirrored_rounds(shift: float, rounds: int = 30, drift: float = 2.0, noise: f
         for k, side in enumerate(order):
             work = 1 + shift if side == "b" else 1.0
             got[side].append(work * speed[4 * r + k] * np.exp(rng.normal(0, noise)))
-        ratios.append(paired.round_ratio(got["a"], got["b"]))
+        ratios.append(mirrored.round_ratio(got["a"], got["b"]))
     return ratios
 
 
 def test_a_10_percent_shift_under_a_2x_drift_is_detected_and_the_drift_alone_is_not():
-    slow = paired.estimate(mirrored_rounds(0.10))
+    slow = mirrored.estimate(mirrored_rounds(0.10))
     assert slow.verdict(0.05) == "slower" and slow.low > 1.05 and 1.07 < slow.ratio < 1.13
     for seed in range(5):
-        same = paired.estimate(mirrored_rounds(0.0, seed=seed))
+        same = mirrored.estimate(mirrored_rounds(0.0, seed=seed))
         assert same.verdict(0.05) == "unchanged" and same.low < 1 < same.high
     # unpaired, the same drift would look like a 2x change: the first blocks against the last
-    assert paired.estimate(mirrored_rounds(-0.10)).verdict(0.05) == "faster"
+    assert mirrored.estimate(mirrored_rounds(-0.10)).verdict(0.05) == "faster"
 
 
 def test_too_few_rounds_are_inconclusive_never_a_verdict():
-    assert paired.estimate([1.3]).verdict(0.05) == "inconclusive"
-    wide = paired.estimate([0.8, 1.4, 0.9, 1.5])
+    assert mirrored.estimate([1.3]).verdict(0.05) == "inconclusive"
+    wide = mirrored.estimate([0.8, 1.4, 0.9, 1.5])
     assert wide.verdict(0.05) == "inconclusive"
 
 
@@ -78,7 +78,7 @@ def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_fir
     log = []
     g = gate.Gate([("attention", {}, "forward")], FakeWorker("base", log), FakeWorker("head", log))
     g.start()
-    for r in range(paired.SESSION_ROUNDS + 2):
+    for r in range(mirrored.SESSION_ROUNDS + 2):
         g.round(r)
     blocks = [label[0] for label, what in log if what == "block"]
     assert blocks[:8] == list("bhhbhbbh")  # A B B A, then B A A B
@@ -86,7 +86,7 @@ def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_fir
     assert len(sessions) == 4  # two workers, started twice
     for started in (sessions[1], sessions[3]):  # once both workers of a session have started, both warm the case
         assert sorted(log[started + 1:started + 3]) == [("base", "probe"), ("head", "probe")], log
-    assert g.calls == [round(gate.BLOCK_S / 0.01)] and len(g.ratios[0]) == paired.SESSION_ROUNDS + 2
+    assert g.calls == [round(gate.BLOCK_S / 0.01)] and len(g.ratios[0]) == mirrored.SESSION_ROUNDS + 2
 
 
 # -- the command, on a throw-away clone -----------------------------------------------------------
@@ -234,32 +234,33 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
     g = gate.Gate([("attention", {}, "forward")], Timed("base", []), Timed("head", []))
     g.handover_s = 0.0  # this budget of 0.2 s reaches a new session only without the handover pauses
     g.start()
-    assert {t for _, t in timeouts} == {paired.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
+    assert {t for _, t in timeouts} == {mirrored.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
     timeouts.clear()
-    g.run(lambda e: False, 0.2, 2, 2 * paired.SESSION_ROUNDS + 1)  # through a new session's probes, too
+    g.run(lambda e: False, 0.2, 2, 2 * mirrored.SESSION_ROUNDS + 1)  # through a new session's probes, too
     waits = [t for _, t in timeouts]
     assert {"probe", "block"} <= {kind for kind, _ in timeouts}
-    assert max(waits) <= 0.2 + paired.STALL_GRACE_S and min(waits) >= paired.STALL_GRACE_S - 1
+    assert max(waits) <= 0.2 + mirrored.STALL_GRACE_S and min(waits) >= mirrored.STALL_GRACE_S - 1
 
 
 def test_the_gate_pauses_before_each_block_of_the_other_worker_only(monkeypatch):
     from benchmarks import gate
 
     log, sleeps = [], []
-    monkeypatch.setattr(paired.time, "sleep", lambda s: (sleeps.append(s), log.append(("pause", "pause"))))
+    monkeypatch.setattr(mirrored.time, "sleep", lambda s: (sleeps.append(s), log.append(("pause", "pause"))))
     g = gate.Gate([("attention", {}, "forward"), ("attention", {}, "backward")], FakeWorker("base", log),
                   FakeWorker("head", log))
-    assert g.handover_s == paired.HANDOVER_S > 0
+    assert g.handover_s == mirrored.HANDOVER_S > 0
     g.start()
     log.clear()
     g.round(0)  # two pairs: b h h b, b h h b
     seen = [label[0] if what == "block" else "|" for label, what in log]
     assert "".join(seen) == "|b|hh|bb|hh|b"  # a pause at every change of worker, none between one worker's blocks
-    assert set(sleeps) == {paired.HANDOVER_S}
+    assert set(sleeps) == {mirrored.HANDOVER_S}
     # a pair in one worker (the verdicts' pairs) never pauses
     w = FakeWorker("cases", [])
     sleeps.clear()
-    one = paired.MirroredRounds([w], [("a", {}, "f"), ("b", {}, "f")], [(paired.Side(w, 0), paired.Side(w, 1))], 0.05)
+    one = mirrored.MirroredRounds([w], [("a", {}, "f"), ("b", {}, "f")],
+                                 [(mirrored.Side(w, 0), mirrored.Side(w, 1))], 0.05)
     one.start()
     one.round(0)
     assert sleeps == []
@@ -268,11 +269,11 @@ def test_the_gate_pauses_before_each_block_of_the_other_worker_only(monkeypatch)
 @pytest.mark.slow
 def test_a_worker_that_stops_answering_is_named_within_its_timeout():
     proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    w = paired.Worker("base", "models", "suite", proc=proc)
+    w = mirrored.Worker("base", "models", "suite", proc=proc)
     import tempfile
     w.log = tempfile.TemporaryFile(mode="w+")
     try:
-        with pytest.raises(paired.WorkerDied, match="the base worker .* gave no answer within 0.3 s"):
+        with pytest.raises(mirrored.WorkerDied, match="the base worker .* gave no answer within 0.3 s"):
             w.ask({"case": 0, "calls": 1}, timeout=0.3)
     finally:
         proc.kill()

@@ -14,7 +14,7 @@ from run_helpers import in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
-from benchmarks.core import paired
+from benchmarks.core import mirrored
 from reports import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,7 +59,7 @@ class OneWorker:
 def test_two_cases_in_one_worker_alternate_mirrored_and_give_the_ratio_of_their_times():
     w = OneWorker()
     todo = [("attention", {}, "forward"), ("attention", {"x": 1}, "forward")]
-    rounds = paired.MirroredRounds([w], todo, [(paired.Side(w, 0), paired.Side(w, 1))], block_s=0.01)
+    rounds = mirrored.MirroredRounds([w], todo, [(mirrored.Side(w, 0), mirrored.Side(w, 1))], block_s=0.01)
     rounds.start()
     for r in range(4):
         rounds.round(r)
@@ -108,9 +108,9 @@ def pair(kind: str, params: dict, ratio: float, low: float, high: float) -> dict
 
 
 def test_the_paired_analysis_names_the_winner_only_outside_parity():
-    from reports.analyses.paired import analyse_paired
+    from reports.analyses import paired
 
-    a = analyse_paired([record([
+    a = paired.analyse([record([
         pair("c1", {"preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}, 3.8, 3.6, 4.1),
         pair("c1", {"preset": "paper-base", "seq_len": 16, "batch": 8, "device": "cpu"}, 1.02, 0.97, 1.06),
         pair("c1", {"preset": "paper-base", "seq_len": 64, "batch": 8, "device": "cpu"}, 0.72, 0.70, 0.74),
@@ -120,7 +120,7 @@ def test_the_paired_analysis_names_the_winner_only_outside_parity():
     assert "RNN/Transformer time 0.72× (0.70-0.74) at paper-base n = 64" in a.answer
     assert "64 heads cost 2.20×" in a.answer
     assert a.numbers["heads_batched_cpu"] == 2.2 and len(a.tables["paired_ratios"]) == 4
-    empty = analyse_paired([])
+    empty = paired.analyse([])
     assert empty.missing and "attention-bench pairs --out" in empty.verdict
 
 
@@ -183,7 +183,7 @@ def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in():
     fresh = subprocess.run([sys.executable, "-c", "import json; from benchmarks.core import records; "
                             "print(json.dumps(records.regime()))"], capture_output=True, text=True, cwd=ROOT)
     runner_regime = json.loads(fresh.stdout)
-    worker = paired.Worker("cases", ROOT, ROOT)  # as benchmarks.pairs starts it (no --fixed-allocator)
+    worker = mirrored.Worker("cases", ROOT, ROOT)  # as benchmarks.pairs starts it (no --fixed-allocator)
     try:
         worker.start([])
     finally:
@@ -240,7 +240,7 @@ def test_a_budget_spent_before_two_rounds_still_gives_every_ratio_its_interval()
 
     w = Slow()
     todo = [("attention", {}, "forward"), ("attention", {"x": 1}, "forward")]
-    rounds = paired.MirroredRounds([w], todo, [(paired.Side(w, 0), paired.Side(w, 1))], block_s=0.01)
+    rounds = mirrored.MirroredRounds([w], todo, [(mirrored.Side(w, 0), mirrored.Side(w, 1))], block_s=0.01)
     rounds.start()
     measured = rounds.run(lambda e: False, budget=1e-9, min_rounds=18, max_rounds=100)  # spent at once: a busy box
-    assert measured == paired.FEWEST_ROUNDS and rounds.estimates()[0].low > 0  # an interval, not (0, inf)
+    assert measured == mirrored.FEWEST_ROUNDS and rounds.estimates()[0].low > 0  # an interval, not (0, inf)

@@ -171,7 +171,7 @@ def torchrun(ranks, *args):
 @pytest.mark.slow
 def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_scaling(tmp_path):
     from reports import tidy
-    from reports.analyses import parallel
+    from reports.analyses import c3_parallel
 
     out = str(tmp_path / "run")
     for ranks in (1, 2):
@@ -194,7 +194,7 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
     wire = t[(t.metric == "comm_bytes_measured") & (t.ranks == 2)].set_index(["combine", "heads"]).value
     counted = t[(t.metric == "comm_bytes") & (t.ranks == 2)].set_index(["combine", "heads"]).value
     assert len(wire) == 4 and ((wire / counted).between(1.0, 1.15)).all(), (wire / counted)
-    a = parallel.analyse_parallel(t)
+    a = c3_parallel.analyse(t)
     assert not a.missing and len(a.tables["strong_scaling"]) == 4 and len(a.tables["weak_scaling"]) == 2
     assert "On 2 ranks against one" in a.verdict and "shared one machine's" in a.verdict
     inside = a.tables["strong_scaling"].comm_in_layer_share

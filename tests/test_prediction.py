@@ -17,8 +17,8 @@ from attention_bench.cli import main
 from benchmarks import cases
 from benchmarks.core import perfmodel, records
 from reports import predict, tidy
-from reports.analyses.c2_roofline import analyse_roofline
-from reports.analyses.prediction import analyse_prediction, crossover_curves, pairs, where_overtakes
+from reports.analyses import c2_roofline, prediction
+from reports.analyses.prediction import crossover_curves, pairs, where_overtakes
 from reports.analyses.runs import latest
 
 PLAN = [("attention", {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
@@ -78,14 +78,14 @@ def test_the_page_validates_the_model_per_area_and_draws_the_roofline(run):
     t = latest(tidy.load([run]))
     p = pairs(t)
     assert len(p) == TIMED and (p.ratio > 0).all()
-    a = analyse_prediction(t)
+    a = prediction.analyse(t)
     errors = a.tables["errors"]
     assert set(errors.index.get_level_values("area")) == {"attention", "multihead", "models", "all"}
     assert errors.loc[("all", "all", ""), "cases"] == len(p)
     assert f"Over {len(p)} timed cases the model's median error is" in a.verdict and "Worst:" in a.verdict
     assert [f.kind for f in a.figures] == ["scatter"] and len(a.tables["worst"]) == 5
     assert set(a.tables["heads"].index) == {"batched"}
-    roof = analyse_roofline(t)
+    roof = c2_roofline.analyse(t)
     fig = next(f for f in roof.figures if f.kind == "scatter")
     assert fig.roof[0] > 0 and fig.roof[1] > 0 and "ceiling" in roof.verdict
 

@@ -131,15 +131,18 @@ def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path):
     the process); its profiles run in a fresh one, at torch's own thread count."""
     import torch
 
-    default = torch.get_num_threads()
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True,
+                           text=True, check=True)
+    default = int(fresh.stdout)  # what a process of its own starts with
     if default == 1:
         pytest.skip("one core: the thread count cannot tell the processes apart")
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         case = ("attention", {"seq_len": 128, "d_head": 64, "backend": "sdpa", "causal": False, "dtype": "float32",
                               "device": "cpu"}, "forward")
         counts = profiler.run_set_fresh([case], str(tmp_path), cycles=1, progress=False)
     finally:
-        torch.set_num_threads(default)
+        torch.set_num_threads(before)
     assert counts == {"ok": 1}
     assert [r["threads"] for r in profiler.load(str(tmp_path))] == [default]

@@ -4,7 +4,7 @@ default one), and each pair's own ratio under both."""
 
 import pytest
 
-from benchmarks.core import paired
+from benchmarks.core import mirrored
 from scripts import regime_effects
 
 
@@ -32,7 +32,7 @@ def test_a_setting_that_slows_every_case_by_a_fifth_reads_as_1_2_and_leaves_the_
     monkeypatch.setattr(regime_effects, "Worker", FakeWorker)
     monkeypatch.setattr(regime_effects, "MIN_ROUNDS", 4)
     result = regime_effects.compare("passive", 0.2, 0.0)
-    assert result["env"] == paired.IDLE_PASSIVE and result["regimes"]["passive"]["env"] == paired.IDLE_PASSIVE
+    assert result["env"] == mirrored.IDLE_PASSIVE and result["regimes"]["passive"]["env"] == mirrored.IDLE_PASSIVE
     assert len(result["cases"]) == 2 * len(regime_effects.PAIRS)
     for case in result["cases"]:
         assert case["ratio"] == pytest.approx(1.2) and case["low"] <= 1.2 <= case["high"]

@@ -22,7 +22,7 @@ def expected_growth(model: str, mode: str) -> bool:
     return EXPECTED.get((model, mode), True)  # every RNN mode is sequential in n
 
 
-def analyse_depth(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     a = Analysis("c1_depth", "Sequential depth of the executed graph against sequence length", "C1", "")
     depth, launches = ok_rows(t, "depth", "sequential_depth", "graph"), ok_rows(t, "depth", "op_launches", "graph")
     if depth.empty:

@@ -10,7 +10,7 @@ from .base import Analysis, conditions, devices, first, hold_axes, not_measured,
 from .spread import unreplicated_note
 
 
-def analyse_generation(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """C1: teacher-forced forward (parallel over target positions) vs greedy generation (sequential)."""
     fixed = {"preset": "paper-base", "batch": None}
     (fwd, held), (gen, _) = (hold_axes(ok_rows(t, "models", "tokens_per_s", m), fixed) for m in ("forward", "generate"))

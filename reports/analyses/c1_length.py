@@ -33,7 +33,7 @@ def _median(t: pd.DataFrame, metric: str, method: str, keys: list[str], batch) -
     return rows[rows.batch.isin(batch)].groupby(keys).value.median()
 
 
-def analyse_sequence_length(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
+def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
     """C1: Transformer vs RNNsearch time against sequence length, forward and training step, at each model
     size measured (the regimes), with each time ratio split into its FLOP ratio and its FLOP/s ratio."""
     rows, held = hold_axes(pd.concat([ok_rows(t, "models", "time"), ok_rows(t, "models", "time", "train_step")]),

@@ -10,7 +10,7 @@ from .base import Analysis, ok_rows, time_curves
 from .spread import ratio_interval
 
 
-def analyse_threads(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """C1: strong scaling on CPU threads: speed-up T(1)/T(p) and parallel efficiency speed-up/p."""
     rows = ok_rows(t, "threads", "time")
     a = Analysis("c1_threads", "Strong scaling over CPU threads", "C1", "")

@@ -11,7 +11,7 @@ from benchmarks import cases
 from .base import Analysis, conditions, devices, gpu_missing, hold_axes, not_measured, ok_rows, time_curves
 
 
-def analyse_roofline(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """C2: achieved matmul FLOP/s of equation (1) per backend against the machine's GEMM peak."""
     rows, held = hold_axes(ok_rows(t, "attention", "achieved_flops_per_s"), {"causal": False, "d_head": None,
                                                                       "dtype": "float32"})

@@ -9,7 +9,7 @@ from .. import tidy
 from .base import Analysis
 
 
-def analyse_hardware(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """The same cases on several machines as time ratios against the first machine, raw and normalised by
     each machine's GEMM peak (a ratio near 1 after normalising means the gap is the GEMM peak's gap)."""
     machines = list(dict.fromkeys(t.machine.dropna()))

@@ -48,7 +48,7 @@ def _c1_phrase(row) -> str:
     return f"{where}: the {'Transformer' if row.ratio > 1 else 'RNN'} faster ({ratio})"
 
 
-def analyse_paired(records: list[dict]) -> Analysis:
+def analyse(records: list[dict]) -> Analysis:
     """C1 (Transformer against RNN per size and length) and C3 (64 heads against 1) from paired ratios."""
     a = Analysis("paired", "The verdicts' ratios, timed paired in the same moments", "C1/C3", "")
     t = table(records)

@@ -95,7 +95,7 @@ def heads_ratio(p: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
     return (by[by.columns.max()] / by[1]).dropna(), int(by.columns.max())
 
 
-def analyse_prediction(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """Predicted against measured for every timed case of the run, per area; C1 and heads predicted."""
     a = Analysis("prediction", "Predicted from the machine's constants, then measured", "model", "",
                  units={"errors": "|predicted / measured - 1| by area (median, 90th percentile) and the median "

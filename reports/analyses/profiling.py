@@ -49,7 +49,7 @@ def _describe(r) -> str:
                     for k, v in params.items())
 
 
-def analyse_profiles(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """The breakdowns: time share per component of every profiled case, the checks, the traces."""
     a = Analysis("profiling", "Where the time goes: profiles in the paper's components", "Profiling", "")
     if t.empty:

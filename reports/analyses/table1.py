@@ -10,7 +10,7 @@ from .base import Analysis, conditions, devices, not_measured, ok_rows, time_cur
 from .fits import crossover, fit_power_law
 
 
-def analyse_table1(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     """Table 1: exponents of time and FLOPs in n and d for self-attention and recurrent layers, and the
     n < d rule checked on the measured crossover."""
     times, fl = ok_rows(t, "layers", "time"), ok_rows(t, "layers", "matmul_flops")

@@ -26,7 +26,7 @@ nn.GRU runs as one cuDNN op that the counter does not see (0 FLOPs); on the CPU 
 the matmuls counted here.
 """
 
-from .attention import attention, causal_pairs, multi_head_attention, sdpa_recomputes, useful_attention_flops
+from .attention_flops import attention, causal_pairs, multi_head_attention, sdpa_recomputes, useful_attention_flops
 from .counter import Counted, count, register_cpu_sdpa_formulas
 from .encoder_decoder import transformer, transformer_generate
 from .rnn import recurrent_layer, rnn_attention, rnn_attention_generate

@@ -6,7 +6,7 @@ import torch
 
 from .._validation import check_positives
 from ..model import TransformerConfig
-from .attention import sdpa_recomputes, tally_mha
+from .attention_flops import sdpa_recomputes, tally_mha
 from .tally import Breakdown, Flops, Tally
 
 

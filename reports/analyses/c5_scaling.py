@@ -43,7 +43,7 @@ def measure(d_ks=D_K, keys: int = 64, rows: int = 256, seed: int = 0) -> pd.Data
     return pd.DataFrame(out)
 
 
-def analyse_softmax_scaling(keys: int = 64) -> Analysis:
+def analyse(keys: int = 64) -> Analysis:
     t = measure(keys=keys)
     a = Analysis("c5_scaling", "Why scores are divided by sqrt(d_k): softmax saturation", "C5", "")
     for metric in ("max_probability", "entropy_nats", "jacobian_norm"):

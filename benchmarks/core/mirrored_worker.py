@@ -1,6 +1,6 @@
-"""A regression gate's worker (``benchmarks.core.paired``): one version of the models, timed on request.
+"""A regression gate's worker (``benchmarks.core.mirrored``): one version of the models, timed on request.
 
-    python paired_worker.py ROOT     ROOT holds ``transformer`` (the version under test) and ``benchmarks``
+    python mirrored_worker.py ROOT     ROOT holds ``transformer`` (the version under test) and ``benchmarks``
                                      (the case definitions), as links
 
 It reads one JSON request per line on stdin and answers one JSON line on stdout: ``{"cases": [[area,

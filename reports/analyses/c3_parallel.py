@@ -17,7 +17,7 @@ from .base import Analysis, not_measured, ok_rows
 CASE = ["layer", "combine", "heads", "seq_len", "d_model", "batch", "backend", "device"]
 
 
-def analyse_parallel(t: pd.DataFrame) -> Analysis:
+def analyse(t: pd.DataFrame) -> Analysis:
     a = Analysis("c3_parallel", "Heads split over ranks: strong and weak scaling, communication", "C3", "")
     times = ok_rows(t, "parallel", "time")
     if times.empty:

@@ -24,7 +24,7 @@ def score_bytes(heads: int, dtype_bytes: int = 4) -> int:
     return s["batch"] * heads * s["seq_len"] ** 2 * dtype_bytes
 
 
-def analyse_heads(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
+def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
     """C3/C4: one large attention vs many small heads at fixed d_model: FLOPs, memory and time vs h."""
     flops_rows = ok_rows(t, "multihead", "matmul_flops")
     times = ok_rows(t, "multihead", "time")

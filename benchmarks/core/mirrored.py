@@ -2,7 +2,7 @@
 
 A shared machine's speed drifts by tens of per cent over seconds to minutes, so two separate runs of one
 commit disagree by more than the 10% slowdown a gate must see. Here each version runs in a worker process
-of its own (``paired_worker``: this checkout's case definitions, that version's ``transformer``), and one
+of its own (``mirrored_worker``: this checkout's case definitions, that version's ``transformer``), and one
 controller alternates them in mirrored blocks, A B B A then B A A B, over many short rounds: a drift
 that is linear over a round falls on both sides alike and cancels in the round's ratio (B's two blocks
 over A's). Three things would still set one side apart: the idle side's OpenMP threads spinning while the
@@ -161,7 +161,7 @@ class Worker:
         os.symlink(os.path.join(self.models, "transformer"), os.path.join(self._root.name, "transformer"))
         os.symlink(os.path.join(self.suite, "benchmarks"), os.path.join(self._root.name, "benchmarks"))
         self.log = tempfile.TemporaryFile(mode="w+")
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired_worker.py")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mirrored_worker.py")
         self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
                                      env={**os.environ, **self.env})
