@@ -13,7 +13,7 @@ import torch
 # it): never the user's cache, and measured once for all the runs the tests make
 os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-cache-")
 
-from run_helpers import quick_measuring  # noqa: E402  (after the cache is set)
+from run_helpers import FAKE_PEAK, quick_measuring  # noqa: E402  (after the cache is set)
 
 from benchmarks.core import machine
 
@@ -50,4 +50,4 @@ def _short_busy_check_and_controls():
 def fake_peaks(monkeypatch):
     """Known GEMM peaks instead of a calibration: fractions of peak become checkable, runs start at once."""
     monkeypatch.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
-        machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
+        machine.peak_key("cpu", "float32", t): FAKE_PEAK for t in (None, *threads)})

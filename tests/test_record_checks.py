@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from run_helpers import PLAN, measure, quick_measuring
+from run_helpers import FAKE_PEAK, PLAN, measure, quick_measuring
 from test_tidy import write_asv_results
 
 from attention_bench.cli import main as attention_bench
@@ -41,7 +41,7 @@ def measured_once(tmp_path_factory):
     """One short run for the module; each test damages its own copy (``copy``)."""
     with quick_measuring() as mp:
         mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
-            machine.peak_key("cpu", "float32", t): 1e11 for t in (None, *threads)})
+            machine.peak_key("cpu", "float32", t): FAKE_PEAK for t in (None, *threads)})
         return measure(tmp_path_factory.mktemp("measured") / "run")
 
 
