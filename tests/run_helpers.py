@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -54,6 +57,24 @@ def quick_measuring():
 
 def measure(folder, plan=PLAN, name="vm", rounds=1):
     runner.Runner(str(folder), min_run_time=0.01, name=name, rounds=rounds).run(plan, progress=False)
+    return str(folder)
+
+
+_RUNS: dict[str, str] = {}
+
+
+def measured_run(folder, plan=PLAN) -> str:
+    """A run of ``plan`` at ``folder``, as ``measure`` makes it with FAKE_PEAK for the calibration: measured once per
+    test session and copied, for the tests that read, damage or extend a run rather than test how one is measured."""
+    key = json.dumps(plan, sort_keys=True)
+    if key not in _RUNS:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
+                machine.peak_key("cpu", "float32", t): FAKE_PEAK for t in (None, *threads)})
+            home = tempfile.mkdtemp(prefix="attention-bench-run-")
+            atexit.register(shutil.rmtree, home, ignore_errors=True)
+            _RUNS[key] = measure(os.path.join(home, "run"), plan)
+    shutil.copytree(_RUNS[key], folder)
     return str(folder)
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from run_helpers import MEASURE_ONLY, PLAN, cli, in_process, measure
+from run_helpers import MEASURE_ONLY, PLAN, cli, in_process, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
 from benchmarks.core import runner
@@ -117,7 +117,7 @@ def test_a_folder_that_cannot_be_written_is_refused(tmp_path, capsys):
 
 
 def test_csv_to_a_missing_folder_is_a_clear_error(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run")
+    run = measured_run(tmp_path / "run")
     assert attention_bench(["csv", run, "--csv", "/nonexistent/dir/x.csv"]) == 2
     assert "the folder '/nonexistent/dir' does not exist" in capsys.readouterr().err
     assert attention_bench(["csv", run, "--csv", str(tmp_path)]) == 2
@@ -137,7 +137,7 @@ def test_no_results_tells_not_run_from_all_skipped(tmp_path, fake_peaks):
 
 
 def test_measured_names_a_file_that_is_not_a_saved_record(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     machine_json = os.path.join(run, "machine.json")
     assert attention_bench(["measured", machine_json]) == 2
     assert f"{machine_json}: not a saved report or script record" in capsys.readouterr().err

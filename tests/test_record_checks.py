@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from run_helpers import FAKE_PEAK, PLAN, measure, quick_measuring
+from run_helpers import FAKE_PEAK, PLAN, measure, measured_run, quick_measuring
 from test_tidy import write_asv_results
 
 from attention_bench.cli import main as attention_bench
@@ -63,7 +63,7 @@ def damaged(run: str, change: dict) -> str:
 
 
 def test_the_records_a_run_writes_pass_the_check(tmp_path, fake_peaks):
-    run = measure(tmp_path / "run")
+    run = measured_run(tmp_path / "run")
     checked = [records.problem(records.read_json(os.path.join(run, "cases", n)))
                for n in os.listdir(os.path.join(run, "cases"))]
     assert checked and checked == [None] * len(checked)
@@ -129,7 +129,7 @@ def test_rates_are_derived_from_the_time_never_read_from_the_record(copy):
 
 
 def test_a_damaged_gemm_peak_is_recalibrated_by_the_runner_and_refused_by_the_report(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run")
+    run = measured_run(tmp_path / "run")
     meta = records.read_json(os.path.join(run, "machine.json"))
     key = next(iter(meta["gemm_peaks"]))
     meta["gemm_peaks"][key] = -1.0
@@ -154,7 +154,7 @@ def test_an_asv_time_that_cannot_be_right_is_named_not_counted(tmp_path, bad, wh
 
 
 def test_a_profile_that_cannot_be_right_is_named_and_left_out(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     wrong = tmp_path / "run" / "profiles" / "models--forward--wrong" / "profile.json"
     wrong.parent.mkdir(parents=True)
     records.write_json_atomic(str(wrong), {"area": "models", "method": "forward", "params": {}, "unprofiled_s": 0.1,

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from run_helpers import MEASURE_ONLY, PLAN, ROOT, files, in_process, measure
+from run_helpers import MEASURE_ONLY, PLAN, ROOT, files, in_process, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
 from benchmarks.core import guards, lock, machine, records, runner
@@ -102,7 +102,7 @@ def test_a_truncated_record_is_named_skipped_by_the_report_and_set_aside_and_rem
 
 
 def test_a_corrupt_machine_record_is_set_aside_by_the_runner_and_named_by_the_report(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run")
+    run = measured_run(tmp_path / "run")
     (tmp_path / "run" / "machine.json").write_text("{")
     assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 2
     assert "machine.json: not a JSON record" in capsys.readouterr().err
@@ -198,7 +198,7 @@ def test_a_cpu_out_of_memory_in_the_runner_is_recorded_and_the_run_goes_on(tmp_p
 
 
 def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
-    run = measure(tmp_path / "run")
+    run = measured_run(tmp_path / "run")
     oom = {"area": "models", "method": "forward", "status": "oom",
            "reason": "DefaultCPUAllocator: can't allocate memory",
            "params": {**PLAN[0][1], "seq_len": 4096}, "commit": records.commit(), "started_at": None}
@@ -218,7 +218,7 @@ HOLD = ("import sys, time\nfrom benchmarks.core.lock import FolderLock\nheld = F
 
 @pytest.mark.parametrize("command", [MEASURE_ONLY, ("run",)])
 def test_a_second_writer_is_refused_naming_the_folder_and_its_holder(tmp_path, fake_peaks, capsys, command):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     before = files(run)
     with lock.FolderLock(run):  # the OS lock conflicts across open files, so a holder in this process will do
         code, err = in_process(capsys, *command, "--grid", "quick", "--device", "cpu", "--out", run, "--no-progress",
@@ -282,7 +282,7 @@ def test_ctrl_c_prints_the_summary_so_far_exits_130_and_releases_the_folder(tmp_
 
 
 def test_a_truncated_profile_is_named_and_left_out_and_the_report_is_built(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     cut = tmp_path / "run" / "profiles" / "models--forward--cut" / "profile.json"
     cut.parent.mkdir(parents=True)
     cut.write_text('{"area": "models", "components": [')
@@ -294,7 +294,7 @@ def test_a_truncated_profile_is_named_and_left_out_and_the_report_is_built(tmp_p
 
 def test_a_report_rebuilt_on_a_disk_that_fills_leaves_the_previous_one_byte_for_byte(tmp_path, fake_peaks, capsys,
                                                                                      monkeypatch):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     report = tmp_path / "report"
     assert attention_bench(["report", run, "--report", str(report)]) == 0
     before = files(report)
@@ -328,7 +328,7 @@ def test_another_machine_into_an_existing_run_folder_is_refused(tmp_path, fake_p
 @pytest.mark.parametrize("other", ["commit", "rounds"])
 def test_a_run_of_another_commit_or_rounds_count_is_moved_aside_whole_in_one_line(tmp_path, fake_peaks, capsys,
                                                                                    monkeypatch, other):
-    run = measure(tmp_path / "run", PLAN[:1])
+    run = measured_run(tmp_path / "run", PLAN[:1])
     before = files(run)
     if other == "commit":
         monkeypatch.setattr(runner, "commit", lambda: "e" * 40)
