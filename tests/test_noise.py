@@ -11,7 +11,7 @@ import time
 
 import pandas as pd
 import pytest
-from run_helpers import PLAN, measure
+from run_helpers import PLAN, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
 from benchmarks.core import machine, records
@@ -24,7 +24,7 @@ from reports.analyses import runs as run_list
 
 def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_peaks):
 
-    a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
+    a, b = measured_run(tmp_path / "a"), measure(tmp_path / "b")
     recs = [records.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
     timed = [r for r in recs if r["status"] == "ok" and "time_median_s" in r]
     assert timed and all(r["control_flops_per_s"] > 0 and r["load_average"] is not None for r in timed)

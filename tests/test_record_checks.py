@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 
 import pytest
-from run_helpers import FAKE_PEAK, PLAN, measure, measured_run, quick_measuring
+from run_helpers import PLAN, measured_run
 from test_tidy import write_asv_results
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import machine, records, runner
+from benchmarks.core import records, runner
 from reports import tidy
 from reports.analyses import runs as run_list
 
@@ -36,19 +35,10 @@ DAMAGE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def measured_once(tmp_path_factory):
-    """One short run for the module; each test damages its own copy (``copy``)."""
-    with quick_measuring() as mp:
-        mp.setattr(machine, "calibrate", lambda threads=(), fresh=False: {
-            machine.peak_key("cpu", "float32", t): FAKE_PEAK for t in (None, *threads)})
-        return measure(tmp_path_factory.mktemp("measured") / "run")
-
-
 @pytest.fixture
-def copy(measured_once, tmp_path):
-    shutil.copytree(measured_once, tmp_path / "run")
-    return str(tmp_path / "run")
+def copy(tmp_path):
+    """A short run of its own for each test to damage (``run_helpers.measured_run``: measured once, copied)."""
+    return measured_run(tmp_path / "run")
 
 
 def damaged(run: str, change: dict) -> str:

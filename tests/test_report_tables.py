@@ -6,7 +6,7 @@ import os
 
 import pandas as pd
 import pytest
-from run_helpers import measure
+from run_helpers import measure, measured_run
 
 from attention_bench.cli import main as attention_bench
 from reports import sensitivity, tidy
@@ -23,7 +23,7 @@ def test_missing_cells_are_dashes_in_the_page_and_in_compare(tmp_path, fake_peak
                           "when": pd.to_datetime(["2026-01-01", None])})
     cells = re.findall(r"<td>([^<]*)</td>", html._html(frame))
     assert cells == ["1", "a", "1.5", "2026-01-01 00:00:00", "—", "—", "—", "—"]
-    a, b = measure(tmp_path / "a"), measure(tmp_path / "b")
+    a, b = measured_run(tmp_path / "a"), measure(tmp_path / "b")
     assert attention_bench(["compare", a, b, "--report", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     page = open(tmp_path / "r" / "index.html").read()

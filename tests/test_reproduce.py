@@ -6,7 +6,7 @@ import os
 import shutil
 
 import pytest
-from run_helpers import PLAN, measure
+from run_helpers import PLAN, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
 from reports import reproduce
@@ -45,7 +45,7 @@ def test_runs_of_two_machines_or_a_single_run_are_refused_with_the_reason():
 
 
 def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, capsys, fake_peaks):
-    first = measure(tmp_path / "one")
+    first = measured_run(tmp_path / "one")
     second = str(tmp_path / "two")
     shutil.copytree(first, second)
     record = str(tmp_path / "repro.json")

@@ -46,7 +46,7 @@ def test_a_run_without_a_commit_is_kept_and_labelled_next_to_one_with_a_commit(t
 
 
 def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
-    old = measure(tmp_path / "quick")
+    old = measured_run(tmp_path / "quick")  # measured earlier in the session
     new = measure(tmp_path / "default", PLAN[:1])  # later, fewer cases
     t = tidy.load([old, new])
     used = runs.latest(t)
@@ -60,7 +60,7 @@ def test_two_runs_of_one_machine_are_not_pooled(tmp_path, fake_peaks):
 
 
 def test_the_same_folder_twice_is_read_once_and_compare_needs_two_runs(tmp_path, fake_peaks, capsys):
-    run = measure(tmp_path / "a")
+    run = measured_run(tmp_path / "a")
     once = tidy.load([run])
     assert len(tidy.load([run, run + "/", str(tmp_path / "." / "a")])) == len(once)
     before = files(tmp_path)

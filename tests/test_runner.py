@@ -29,6 +29,13 @@ def fake_peaks(monkeypatch):
         machine.peak_key("cpu", "float32", t): PEAK for t in (None, *threads)})
 
 
+@pytest.fixture(autouse=True)
+def small_cases(monkeypatch):
+    """The runner's logic on fewer tokens: the multihead and attention cases at a fraction of the grid's shapes."""
+    monkeypatch.setitem(cases.MULTIHEAD_SHAPE, "seq_len", 32)
+    monkeypatch.setitem(cases.TOKENS, "cpu", 1024)
+
+
 def written(out):
     folder = os.path.join(out, "cases")
     return {f: json.load(open(os.path.join(folder, f))) for f in sorted(os.listdir(folder))}
