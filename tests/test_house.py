@@ -1,6 +1,6 @@
 """The house rules, held by the tests: layers that only point down (import-linter's contracts in
-pyproject.toml), no import cycle, no module far over 400 lines, and ruff's lint (line length, import
-order, unused and undefined names) over the whole tree."""
+pyproject.toml), no import cycle, no module over 400 lines, no two modules of one name, and ruff's lint
+(line length, import order, unused and undefined names, bugbear, pyupgrade, complexity) over the whole tree."""
 
 import os
 import shutil
@@ -50,16 +50,27 @@ def test_no_module_imports_itself_back():
 
 def test_no_module_is_over_400_lines():
     long = {}
-    for name in PACKAGES:
-        for folder, _, files in os.walk(os.path.join(ROOT, name)):
-            for f in files:
-                if f.endswith(".py"):
-                    path = os.path.join(folder, f)
-                    with open(path) as fh:
-                        n = sum(1 for _ in fh)
-                    if n > MAX_LINES:
-                        long[os.path.relpath(path, ROOT)] = n
+    for path in modules():
+        with open(os.path.join(ROOT, path)) as fh:
+            n = sum(1 for _ in fh)
+        if n > MAX_LINES:
+            long[path] = n
     assert not long, long
+
+
+def modules() -> list[str]:
+    """Every module of the project (tests excluded), as a path from the repository's root."""
+    return [os.path.relpath(os.path.join(folder, f), ROOT) for name in PACKAGES
+            for folder, _, files in os.walk(os.path.join(ROOT, name)) for f in files if f.endswith(".py")]
+
+
+def test_no_two_modules_share_a_name():
+    """A name says one thing: no module named like another in another package (``__init__`` aside)."""
+    by_name: dict[str, list[str]] = {}
+    for path in modules():
+        if os.path.basename(path) != "__init__.py":
+            by_name.setdefault(os.path.basename(path), []).append(path)
+    assert not {n: paths for n, paths in by_name.items() if len(paths) > 1}
 
 
 @pytest.mark.parametrize("check", [["check", "."]], ids=["lint"])

@@ -17,9 +17,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
     if len(machines) < 2:
         return a.without("a second machine's results", (
             f"Only one machine ({machines[0] if machines else 'none'}) in these results. To compare, measure on "
-            f"another machine (attention-bench run --machine <name>, or attention-bench run --out "
-            f"results/runs/<name>) and build the report from both folders: "
-            f"attention-bench report results/runs/<a> results/runs/<b>."))
+            "another machine (attention-bench run --machine <name>: its run folder is results/runs/<name>-default) and "
+            "build the report from both folders: attention-bench report results/runs/<a> results/runs/<b>."))
     base = machines[0]
     times = t[(t.metric == "time") & (t.status == "ok") & (t.area != "gemm")].dropna(subset=["value"])
     times = times.assign(device=times.device.fillna("cpu"), run_threads=times.threads)
