@@ -22,7 +22,7 @@ from . import measuring, options, reporting
 
 EXIT_CODES = """exit codes:
   0    done
-  1    a finding the command exists to report (gate: a case slower than the threshold)
+  1    a finding the command exists to report (gate: a case slower than the threshold; history: a step)
   2    bad input, or the command could not finish (a worker died, a case failed, a full disk); says why
   130  interrupted (Ctrl-C): what was measured so far is kept, and a run resumes where it stopped
 

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from benchmarks import cases, distributed, gate, pairs
+from benchmarks import cases, distributed, gate, history, pairs
 from benchmarks.core import guards, pipeline, profiler
 from reports import html, publish
 
@@ -137,9 +137,7 @@ def add_gate(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="the commit to compare against (a branch, tag or hash)")
     p.add_argument("head", nargs="?", default=gate.TREE,
                    help=f"the commit under test (default: {gate.TREE}, the working tree)")
-    options.add(p, "--grid", "--area", "--method", "--param", "--device", "--budget", "--record")
-    p.add_argument("--threshold", type=float, default=0.05, metavar="FRACTION",
-                   help="the slowdown that fails the gate, as a fraction (default 0.05)")
+    options.add(p, "--grid", "--area", "--method", "--param", "--device", "--budget", "--record", "--threshold")
 
 
 def compare_commits(args: argparse.Namespace) -> int:
@@ -155,6 +153,39 @@ def compare_commits(args: argparse.Namespace) -> int:
     if isinstance(stopped, KeyboardInterrupt):
         return 130
     return 2 if stopped is not None or all(r["verdict"] == "skipped" for r in rows) else 0
+
+
+# -- history ----------------------------------------------------------------------------------------
+
+def add_history(p: argparse.ArgumentParser) -> None:
+    p.add_argument("range", nargs="?", help="the commits, asv's way: A..B (after A, up to B, oldest first) or one "
+                   "commit")
+    p.add_argument("--commits", metavar="FILE", help="the commits listed in a file, one per line, instead of a range")
+    p.add_argument("--reference", help="the commit every other is timed against (default: the history's first)")
+    options.add(p, "--grid", "--area", "--method", "--param", "--device", "--budget", "--threshold")
+    p.add_argument("--total-budget", type=guards.seconds, default=3600.0, metavar="SECONDS",
+                   help="seconds of timing for the whole history at most (default 3600); run again to go on")
+    p.add_argument("--history", metavar="FOLDER", help="where each commit's record goes (default "
+                   "results/history/<reference>-<grid>; a history resumes in it)")
+
+
+def track_history(args: argparse.Namespace) -> int:
+    """Every commit of a range timed paired against one reference commit, case by case (the gate's measurement);
+    exit code 1 when a step is found: a case whose ratio moved from one commit to the next beyond the threshold,
+    with the two intervals apart."""
+    if not 0 < args.threshold < 1:
+        raise ValueError(f"--threshold {args.threshold!r}: give a fraction between 0 and 1, e.g. 0.05 for 5%")
+    commits = history.commits(args.range, args.commits)
+    reference = history.check(commits, args.reference)
+    todo = gate.selection(args.grid, args.area, args.device or _local_devices(), args.method, args.param)
+    folder = guards.writable_folder(args.history or os.path.join("results", "history", f"{reference[:8]}-{args.grid}"),
+                                    "--history")
+    print(f"{len(commits)} commits against {reference[:8]}, {len(todo)} cases each, into {folder}", file=sys.stderr)
+    records = history.measure(commits, reference, todo, args.threshold, args.budget, args.total_budget, folder,
+                              not args.no_progress)
+    found = history.steps(records, args.threshold)
+    print(history.show(records, found))
+    return 1 if found else 0
 
 
 # -- profile ----------------------------------------------------------------------------------------
@@ -227,6 +258,8 @@ COMMANDS = {
     "run": ("measure a grid, profile, time the pairs and write the report: the main job", add_run, run),
     "pairs": ("time each verdict's ratio paired, in mirrored blocks", add_pairs, time_pairs),
     "gate": ("is HEAD slower than BASE? both timed in the same moments, case by case", add_gate, compare_commits),
+    "history": ("a range of commits, each timed paired against one reference: the steps in it", add_history,
+                track_history),
     "profile": ("where the time goes, per component in the paper's terms", add_profile, profile),
     "ranks": ("head-parallel attention over torchrun's ranks (torchrun ... -m attention_bench ranks)", add_ranks,
               ranks),

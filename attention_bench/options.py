@@ -41,6 +41,9 @@ OPTIONS: dict[str, dict] = {
                           "the same software and threads)"),
     "--budget": dict(type=guards.seconds, default=BUDGET_S, metavar="SECONDS",
                      help=f"seconds of paired rounds at most, per device (default {BUDGET_S:g})"),
+    "--threshold": dict(type=float, default=0.05, metavar="FRACTION",
+                        help="the change that counts, as a fraction (default 0.05): a slowdown this large fails the "
+                        "gate; a move this large between two commits is a step in a history"),
     "--threads": dict(type=guards.count, metavar="N", help="torch's CPU threads for the cases without a thread "
                       "count of their own (default: torch's own count, left alone)"),
     "--mirrored-rounds": dict(type=guards.count, default=12, metavar="R",

@@ -67,12 +67,18 @@ def resolve(commit: str) -> str:
         raise ValueError(f"unknown commit {commit!r}: give a commit, branch or tag of {ROOT}") from None
 
 
-def check_sides(base: str, head: str) -> None:
-    """ValueError when there is nothing to compare (the same models on both sides) or when the case
-    definitions both sides are timed with have uncommitted changes (the comparison could not be redone)."""
+def check_cases_committed() -> None:
+    """ValueError when the case definitions both sides are timed with (this checkout's ``benchmarks/``) have
+    uncommitted changes: the comparison could not be redone."""
     if git("status", "--porcelain", "--", "benchmarks"):
         raise ValueError("the gate times both sides with this checkout's case definitions (benchmarks/), which have "
                          "uncommitted changes: commit or stash them, so that the comparison can be redone")
+
+
+def check_sides(base: str, head: str) -> None:
+    """ValueError when there is nothing to compare (the same models on both sides) or when the case
+    definitions have uncommitted changes (``check_cases_committed``)."""
+    check_cases_committed()
     if head == TREE:
         same = not git("status", "--porcelain", "--", "transformer") and not git("diff", "--name-only", base, "--",
                                                                                   "transformer")
