@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 
 from benchmarks.core import guards, records
-from reports import claims, columns, history, html, measured, predict, publish, ranges, reproduce, tidy
+from reports import asv_site, claims, columns, html, measured, predict, publish, ranges, reproduce, tidy
 from reports.analyses import hardware, noise
 from reports.analyses.runs import one_machine_per_run
 from reports.html import MISSING, displayable
@@ -196,8 +196,8 @@ def add_site(p: argparse.ArgumentParser) -> None:
 def site(args: argparse.Namespace) -> int:
     """asv's history site (asv publish), with the JavaScript it loads served from the site: it opens offline."""
     try:
-        path = history.publish(args.config)
-    except history.PublishFailed as error:
+        path = asv_site.publish(args.config)
+    except asv_site.PublishFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(os.path.abspath(path))

@@ -19,7 +19,7 @@ import threading
 import pytest
 from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, copy_project
 
-from reports import history
+from reports import asv_site
 
 pytestmark = pytest.mark.slow  # two asv runs, asv publish and Chromium
 
@@ -30,14 +30,14 @@ BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """asv results of two commits of a copy of this project, published by ``attention-bench site``."""
-    if not os.path.isfile(os.path.join(history.MODULES, "jquery", "dist", "jquery.min.js")):
+    if not os.path.isfile(os.path.join(asv_site.MODULES, "jquery", "dist", "jquery.min.js")):
         if REQUIRED:
-            pytest.fail(f"no npm packages in {history.MODULES}: run bash scripts/setup.sh --history")
+            pytest.fail(f"no npm packages in {asv_site.MODULES}: run bash scripts/setup.sh --history")
         pytest.skip("no npm packages for the history site (bash scripts/setup.sh --history)")
     tmp = tmp_path_factory.mktemp("history")
     project, home = tmp / "project", tmp / "home"
     copy_project(project)
-    os.symlink(history.MODULES, project / "reports" / "history_js" / "node_modules")  # as setup.sh --history
+    os.symlink(asv_site.MODULES, project / "reports" / "history_js" / "node_modules")  # as setup.sh --history
     git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
     env = {k: v for k, v in {**os.environ, "HOME": str(home), "ATTENTION_BENCH_GRID": "quick"}.items()
            if not k.startswith("ASV_")}
@@ -65,19 +65,19 @@ def site(tmp_path_factory):
 def test_the_published_site_loads_nothing_from_another_host(site):
     page = open(os.path.join(site, "index.html")).read()
     assert "https://cdn" not in page and "https://code." not in page
-    for _source, target in history.LIBRARIES.values():
-        assert f'"{history.VENDOR}/{target}"' in page and os.path.getsize(os.path.join(site, history.VENDOR, target))
+    for _source, target in asv_site.LIBRARIES.values():
+        assert f'"{asv_site.VENDOR}/{target}"' in page and os.path.getsize(os.path.join(site, asv_site.VENDOR, target))
     assert "integrity=" not in page  # npm's copies are not the CDN's bytes
 
 
 def test_a_library_it_does_not_know_is_named(tmp_path):
     (tmp_path / "index.html").write_text('<script src="https://cdn.example.invalid/lib/unknown.min.js"></script>')
     with pytest.raises(ValueError, match=r"https://cdn.example.invalid/lib/unknown.min.js"):
-        history.offline(str(tmp_path))
+        asv_site.offline(str(tmp_path))
     assert "cdn.example.invalid" in (tmp_path / "index.html").read_text()  # the page is left as it was
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no index.html: run `asv publish` first"):
-        history.offline(str(tmp_path / "empty"))
+        asv_site.offline(str(tmp_path / "empty"))
 
 
 @pytest.mark.skipif(not CHROMIUM and not REQUIRED, reason="no chromium on this machine (apt-get install chromium)")

@@ -49,7 +49,7 @@ def _local_tag(match: re.Match, modules: str, vendor: str) -> str:
     tag, url = match.group(0), match.group(2)
     name = url.rsplit("/", 1)[-1]
     if name not in LIBRARIES:
-        raise ValueError(f"asv's page loads {url!r}, which reports.history does not know how to serve locally; "
+        raise ValueError(f"asv's page loads {url!r}, which reports.asv_site does not know how to serve locally; "
                          f"known: {', '.join(sorted(LIBRARIES))}")
     source, target = LIBRARIES[name]
     if not os.path.isfile(os.path.join(modules, source)):
