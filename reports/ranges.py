@@ -110,8 +110,9 @@ def check_table(table: pd.DataFrame) -> pd.DataFrame:
             for m, v, s in zip(out.metric, out.value, out.status, strict=True)]
     hit = pd.Series([w is not None for w in whys], index=out.index)
     if hit.any():
+        said = [w for w in whys if w is not None]
         out.loc[hit, "reason"] = [f"withheld: {m} = {v:.4g} is {w}" + (f"; {r}" if isinstance(r, str) else "")
-                                  for m, v, w, r in zip(out.metric[hit], out.value[hit], [w for w in whys if w],
-                                                        out.reason[hit], strict=True)]
+                                  for m, v, w, r in zip(out.metric[hit], out.value[hit], said, out.reason[hit],
+                                                        strict=True)]
         out.loc[hit, "value"] = float("nan")
     return out
