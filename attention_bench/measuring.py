@@ -8,10 +8,8 @@ import os
 import sys
 import time
 
-import torch
-
 from benchmarks import cases, distributed, gate, history, pairs
-from benchmarks.core import guards, pipeline, profiler
+from benchmarks.core import guards, machine, pipeline, profiler, runner
 from reports import html, publish
 
 from . import options
@@ -23,10 +21,6 @@ REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
 PAIRS_BUDGET_S = 45.0
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
-
-
-def _local_devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 # -- run: the main job ------------------------------------------------------------------------------
@@ -68,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             profiled = profiler.run_set_fresh(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
         if args.pairs_budget:
-            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(_local_devices()))
+            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(machine.local_devices()))
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
     finally:
@@ -111,7 +105,7 @@ def time_pairs(args: argparse.Namespace) -> int:
     """Each verdict's ratio timed in mirrored blocks, per device; the record goes in --out's run folder (where
     the report reads it), at --record, or under results/pairs/."""
     kinds = args.kind or list(pairs.KINDS)
-    devices = args.device or _local_devices()
+    devices = args.device or machine.local_devices()
     if args.record and len(devices) > 1:
         raise ValueError(f"--record {args.record!r} holds one device's pairs: give one --device (asked: "
                          f"{', '.join(devices)})")
@@ -144,7 +138,7 @@ def compare_commits(args: argparse.Namespace) -> int:
     """HEAD against BASE case by case in the same moments; exit code 1 when a case is slower than the threshold
     with confidence. The record defaults to results/gate/<base>-<head>.json."""
     base, head, record = gate.check(args.base, args.head, args.threshold, args.record)
-    todo = gate.selection(args.grid, args.area, args.device or _local_devices(), args.method, args.param)
+    todo = gate.selection(args.grid, args.area, args.device or machine.local_devices(), args.method, args.param)
     rows, stopped = gate.compare(base, head, todo, args.threshold, args.budget, record, not args.no_progress)
     if isinstance(stopped, gate.WorkerDied):
         print(f"error: {stopped}", file=sys.stderr)
@@ -177,7 +171,7 @@ def track_history(args: argparse.Namespace) -> int:
         raise ValueError(f"--threshold {args.threshold!r}: give a fraction between 0 and 1, e.g. 0.05 for 5%")
     commits = history.commits(args.range, args.commits)
     reference = history.check(commits, args.reference)
-    todo = gate.selection(args.grid, args.area, args.device or _local_devices(), args.method, args.param)
+    todo = gate.selection(args.grid, args.area, args.device or machine.local_devices(), args.method, args.param)
     folder = guards.writable_folder(args.history or os.path.join("results", "history", f"{reference[:8]}-{args.grid}"),
                                     "--history")
     print(f"{len(commits)} commits against {reference[:8]}, {len(todo)} cases each, into {folder}", file=sys.stderr)
@@ -209,8 +203,7 @@ def profile(args: argparse.Namespace) -> int:
     elif not args.area:
         raise ValueError("give --set NAME, or --area AREA (with --param AXIS=VALUE to narrow it)")
     else:
-        todo = [(area, p, method) for area, p in pipeline.plan(args.grid, args.area, args.device, args.param)
-                for method in cases.METHODS[area] if method != "graph" and (not args.method or method in args.method)]
+        todo = runner.plan_methods(args.grid, args.area, args.device, args.param, args.method)
         if not todo:
             raise ValueError(f"no case to profile: areas {args.area} have none of the methods {args.method}")
     counts = profiler.run_set(todo if args.set is None else args.set, out, cycles=args.cycles,

@@ -28,7 +28,6 @@ import time
 
 import torch
 
-from . import cases
 from .core import guards, machine
 from .core.mirrored import (
     FIXED_ALLOCATOR,
@@ -41,7 +40,7 @@ from .core.mirrored import (
     WorkerDied,
 )
 from .core.records import case_key, check_record_path, write_json_atomic
-from .core.runner import plan
+from .core.runner import plan_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the working tree, as HEAD
@@ -163,8 +162,7 @@ def show(rows: list[dict]) -> str:
 def selection(grid: str, areas, devices, methods, params: list[str]) -> list[tuple[str, dict, str]]:
     """The cases to compare; ValueError naming a ``--param`` that is not AXIS=VALUE, an axis the chosen areas
     do not have or a value the grid does not give it (each with what is allowed)."""
-    todo = [(area, p, method) for area, p in plan(grid, areas, devices, params) for method in cases.METHODS[area]
-            if method != "graph" and (not methods or method in methods)]
+    todo = plan_methods(grid, areas, devices, params, methods or None)
     if not todo:
         raise ValueError(f"no case to compare: no case of the chosen areas has --method {methods} and --param {params}")
     return todo

@@ -81,13 +81,13 @@ def measure(history: list[str], reference: str, todo: list[tuple[str, dict, str]
     ``budget`` seconds at most); the records in the history's order (the commits not reached have none).
     Ctrl-C leaves every finished commit's record whole and the commit it stopped in unrecorded."""
     started, done = time.monotonic(), []
-    timed: dict[str | None, str] = {}
+    timed: dict[str | None, str] = {models_tree(reference): reference}
     for commit in history:
         path = os.path.join(folder, RECORD.format(commit=commit))
         record = _recorded(path, reference)
         if record is None:
             tree = models_tree(commit)
-            same = reference if tree == models_tree(reference) else timed.get(tree)
+            same = timed.get(tree)
             if tree is None:
                 record = {"status": "no models", "reason": "no transformer/ folder: it cannot build the cases"}
             elif same is not None:

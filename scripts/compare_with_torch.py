@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
-from benchmarks.core import gemm_floor, guards  # noqa: E402
+from benchmarks.core import gemm_floor, guards, machine  # noqa: E402
 from benchmarks.core.records import commit  # noqa: E402
 from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
@@ -142,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> None:
     p = parser()
     a = p.parse_args()
-    devices = a.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = a.device or machine.local_devices()
     if len(devices) > 1:
         p.error(f"--device: give one ({', '.join(devices)} on this machine); a record holds one device's comparisons")
     try:

@@ -106,6 +106,11 @@ def gemm_flops_per_s_within(size: int, seconds: float) -> float:
         return 2 * size**3 / timer.timeit(calls).median
 
 
+def local_devices() -> list[str]:
+    """The devices this machine has: the CPU, and CUDA where torch sees a GPU."""
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 @contextlib.contextmanager
 def threads_left_alone():
     """torch.utils.benchmark's Timer calls ``torch.set_num_threads`` around every measurement; inside this

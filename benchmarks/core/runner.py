@@ -71,6 +71,15 @@ def plan(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] |
     return cases.restrict(out, list(params), grid)
 
 
+def plan_methods(grid: str, areas: Iterable[str] | None = None, devices: Iterable[str] | None = None,
+                 params: Iterable[str] = (), methods: Iterable[str] | None = None) -> list[tuple[str, dict, str]]:
+    """``plan``'s cases as (area, params, method), each timed method of its area (not the graph-only ones),
+    restricted to ``methods`` when given."""
+    methods = None if methods is None else set(methods)
+    return [(area, p, m) for area, p in plan(grid, areas, devices, params) for m in cases.METHODS[area]
+            if m != "graph" and (methods is None or m in methods)]
+
+
 class Runner:
     """Measure cases into ``out``: ``machine.json`` (metadata, GEMM peaks) and ``cases/*.json``."""
 
