@@ -15,11 +15,14 @@ from run_helpers import ROOT, in_process, measure, quick_measuring
 
 from attention_bench.cli import main
 from benchmarks import cases
-from benchmarks.core import perfmodel, records
+from benchmarks.core import constants, perfmodel, records, runner
 from reports import predict, tidy
 from reports.analyses import c2_roofline, prediction
 from reports.analyses.prediction import crossover_curves, pairs, where_overtakes
 from reports.analyses.runs import latest
+
+#: the constants' own measurement (quick_measuring shares one per session instead)
+REAL_MEASURE = constants.measure
 
 PLAN = [("attention", {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
                        "device": "cpu"}) for backend in ("math", "sdpa")] + [
@@ -126,7 +129,21 @@ def test_the_crossover_is_placed_predicted_and_measured_or_the_winner_named():
     assert cross is None and where_overtakes(cross, curves) == "nowhere in n = 16..128 (the RNN faster throughout)"
 
 
-def test_constants_that_mispredict_their_own_run_are_said_with_every_prediction(run, capsys, tmp_path):
+@pytest.fixture
+def run_and_its_constants(tmp_path):
+    """A run whose constants are measured with its cases, at the same moment and load (the session's shared
+    constants were measured earlier, under whatever load the machine had then)."""
+    with quick_measuring() as mp:
+        mp.setattr(constants, "measure", lambda device, dtype, quick=False: REAL_MEASURE(device, dtype, quick=True))
+        out = str(tmp_path / "together")
+        runner.Runner(out, min_run_time=0.01, name="vm", recalibrate=True).run(PLAN, progress=False)
+        return out
+
+
+@pytest.mark.slow  # measures the performance model's constants (seconds)
+def test_constants_that_mispredict_their_own_run_are_said_with_every_prediction(run_and_its_constants, capsys,
+                                                                                 tmp_path):
+    run = run_and_its_constants
     assert predict.self_check(run) is None  # this run's constants and cases, measured together
     slow = str(tmp_path / "slow")
     shutil.copytree(run, slow)
