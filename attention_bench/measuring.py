@@ -9,7 +9,10 @@ import sys
 import time
 
 from benchmarks import cases, distributed, gate, history, pairs
-from benchmarks.core import guards, machine, pipeline, profiler, runner
+from benchmarks.core import guards, pipeline
+from benchmarks.core.hardware import machine
+from benchmarks.core.profiling import profiler
+from benchmarks.core.running import runner
 from reports import html, publish
 
 from . import options

@@ -7,7 +7,8 @@ import argparse
 import os
 
 from benchmarks import cases
-from benchmarks.core import constants_cache, guards, pipeline
+from benchmarks.core import guards, pipeline
+from benchmarks.core.hardware import constants_cache
 
 #: the report's folder, unless --report says
 REPORT_DIR = os.path.join("results", "report")

@@ -2,8 +2,8 @@
 
 import torch
 
-from . import cases
-from .core import machine
+from .area import Skip
+from .core.hardware import machine
 
 
 class GemmPeak:
@@ -13,9 +13,9 @@ class GemmPeak:
 
     def setup(self, device, dtype):
         if dtype not in machine.GEMM_DTYPES[device]:
-            raise cases.Skip(f"dtype {dtype} is calibrated on {device} only if in {machine.GEMM_DTYPES[device]}")
+            raise Skip(f"dtype {dtype} is calibrated on {device} only if in {machine.GEMM_DTYPES[device]}")
         if device == "cuda" and not torch.cuda.is_available():
-            raise cases.Skip("no CUDA device on this machine")
+            raise Skip("no CUDA device on this machine")
         size = machine.GEMM_SIZES[device][-1]
         dev = torch.device(device)
         self.a, self.b = (torch.randn(size, size, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))

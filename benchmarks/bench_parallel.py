@@ -1,7 +1,7 @@
 """Head-parallel attention over gloo ranks (claim C3 beyond one device), tracked per commit: the time of
 one forward and the share of it spent in the collectives, on 1 and 2 ranks spawned by the benchmark."""
 
-from .core import head_parallel
+from .core.ranks import head_parallel
 
 
 class HeadParallelAttention:
@@ -24,7 +24,7 @@ class HeadParallelAttention:
 
     def track_comm_share(self, *params):
         """The collectives' share of the forward's work: comm / (compute + comm), each timed alone in the same
-        blocks (benchmarks.core.head_parallel), so it lies in (0, 1)."""
+        blocks (benchmarks.core.ranks.head_parallel), so it lies in (0, 1)."""
         return self.metrics["comm_share"]
 
     track_comm_share.unit = "fraction"

@@ -1,8 +1,9 @@
-"""What every asv benchmark class shares: build the case in ``setup`` from ``benchmarks.cases``.
+"""What every asv benchmark class shares: build the area's case in ``setup``.
 
-Classes here start with an underscore so that asv's discovery, which also sees imported names,
-does not collect them on their own. Nothing touches CUDA at import time; every timed GPU call
-synchronizes (``cases.Prepared``'s callables).
+An area's asv class (in its ``bench_<area>.py``) is ``class Name(_CaseBenchmark): AREA = AREA``: its asv
+``params`` and ``param_names`` are the area's axes on the active grid. The base's name starts with an
+underscore so that asv's discovery, which also sees imported names, does not collect it on its own. Nothing touches
+CUDA at import time; every timed GPU call synchronizes (``area.Prepared``'s callables).
 
 ``setup_cache`` runs once per class and run: it measures this machine's GEMM peaks (the ceiling of
 ``track_fraction_of_peak``) and records the machine's metadata next to asv's results
@@ -13,22 +14,31 @@ from __future__ import annotations
 
 import torch
 
-from . import cases
-from .core import machine, measure
+from . import grids
+from .area import Area, Skip
+from .core.hardware import machine
 from .core.records import is_oom, write_json_atomic
+from .core.timing import measure
 
 
 class _CaseBenchmark:
-    """Base of the asv classes: ``area`` names the cases; params come from the active grid. The
-    first argument after ``self`` of every method is ``setup_cache``'s GEMM peaks."""
+    """Base of the asv classes: ``AREA`` defines the cases, ``area`` is its name; params come from the active
+    grid. The first argument after ``self`` of every method is ``setup_cache``'s GEMM peaks."""
 
+    AREA: Area | None = None
     area: str
     timeout = 300
     #: seconds of timing behind each achieved-FLOP/s track
     min_run_time = 0.2
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.AREA is not None:
+            cls.area = cls.AREA.name
+            cls.params, cls.param_names = grid_params(cls.AREA)
+
     def setup_cache(self):
-        peaks = machine.calibrate(cases.axes("threads")["threads"])
+        peaks = machine.calibrate(grids.grid_thread_counts(grids.active_grid()))
         path = machine.asv_metadata_path()
         if path:
             write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks})
@@ -37,10 +47,10 @@ class _CaseBenchmark:
     def setup(self, peaks, *params):
         torch.manual_seed(0)
         values = dict(zip(self.param_names, params, strict=True))
-        if not cases.on_grid(self.area, values):  # asv runs the axes' product; the grid may leave some out
-            raise cases.Skip(f"not a case of the {cases.active_grid()!r} grid")
+        if not self.AREA.on_grid(values, grids.active_grid()):  # asv runs the axes' product; the grid
+            raise Skip(f"not a case of the {grids.active_grid()!r} grid")  # may leave some out
         try:
-            self.case = cases.build(self.area, values)
+            self.case = self.AREA.build(**values)
             if self.case.threads is not None:
                 torch.set_num_threads(self.case.threads)  # each asv benchmark runs in its own process
             self.case.forward()  # warm-up: allocator, kernel selection, lazy initialisation
@@ -52,7 +62,7 @@ class _CaseBenchmark:
             # on. asv can only skip, so the reason goes into a sidecar that reports.tidy joins back.
             reason = str(error).splitlines()[0]
             machine.record_asv_oom(type(self).__name__, params, reason)
-            raise cases.Skip(f"out of memory: {reason}") from error
+            raise Skip(f"out of memory: {reason}") from error
 
     def time_forward(self, peaks, *params):
         self.case.forward()
@@ -78,7 +88,7 @@ class _CaseBenchmark:
         above 1 by more than the tolerance (machine.bounded_fraction: a peak that read low is raised)."""
         key = machine.peak_key(self.case.device, self.case.dtype, self.case.threads)
         if key not in peaks:
-            raise cases.Skip(f"no GEMM peak measured for {key}")
+            raise Skip(f"no GEMM peak measured for {key}")
         return machine.bounded_fraction(self.track_achieved_flops_per_s(peaks, *params), peaks[key])[0]
 
     track_fraction_of_peak.unit = "fraction"
@@ -113,7 +123,7 @@ class _CaseBenchmark:
     track_energy_per_token_j.unit = "J/token"
 
 
-def grid_params(area: str) -> tuple[list[list], list[str]]:
-    """asv's (params, param_names) for one area of the active grid."""
-    ax = cases.axes(area)
+def grid_params(area: Area) -> tuple[list[list], list[str]]:
+    """asv's (params, param_names) for one area on the active grid."""
+    ax = area.axes[grids.active_grid()]
     return list(ax.values()), list(ax)

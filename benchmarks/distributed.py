@@ -1,4 +1,4 @@
-"""Head-parallel attention over torchrun's ranks (``benchmarks.core.head_parallel``) into a run folder.
+"""Head-parallel attention over torchrun's ranks (``benchmarks.core.ranks.head_parallel``) into a run folder.
 
     torchrun --nproc_per_node=1 -m attention_bench ranks --out results/runs/<machine>-parallel
     torchrun --nproc_per_node=2 -m attention_bench ranks --out results/runs/<machine>-parallel
@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 
 from .core import guards, pipeline
-from .core.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
-from .core.lock import FolderBusy
-from .core.ranks import RankGuard
+from .core.ranks.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
+from .core.ranks.world import RankGuard
 from .core.records import case_key, commit
-from .core.runner import Runner
+from .core.running.lock import FolderBusy
+from .core.running.runner import Runner
 
 
 def run(args: argparse.Namespace) -> int:

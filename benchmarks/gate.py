@@ -6,7 +6,7 @@
 Each side's ``transformer`` (a commit's, from ``git archive``, or the working tree's) runs in a worker
 process of its own, with this checkout's case definitions (``benchmarks.cases``) for both; one controller
 alternates them in mirrored blocks (A B B A, then B A A B) over short rounds until every case is decided or
-the time budget is spent (``benchmarks.core.mirrored``). Prints one row per case (base time, head time, the
+the time budget is spent (``benchmarks.core.pairing.mirrored``). Prints one row per case (base time, head time, the
 ratio head/base with its 95% interval, the verdict) and saves the comparison as a record
 (``results/gate/<base>-<head>.json``; ``attention-bench measured`` renders it).
 
@@ -28,8 +28,9 @@ import time
 
 import torch
 
-from .core import guards, machine
-from .core.mirrored import (
+from .core import guards
+from .core.hardware import machine
+from .core.pairing.mirrored import (
     FIXED_ALLOCATOR,
     HANDOVER_S,
     SESSION_ROUNDS,
@@ -40,7 +41,7 @@ from .core.mirrored import (
     WorkerDied,
 )
 from .core.records import case_key, check_record_path, write_json_atomic
-from .core.runner import plan_methods
+from .core.running.runner import plan_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the working tree, as HEAD

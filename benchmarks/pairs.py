@@ -8,7 +8,7 @@ A verdict's ratio taken from two separate timings (the Transformer's at one mome
 moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
 C1 ratio as 0.95x one day and 0.72x the next. Here the two cases of each ratio run in one worker process,
 alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every few
-rounds (``benchmarks.core.mirrored.MirroredRounds``, as the regression gate), and each ratio gets a 95%
+rounds (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets a 95%
 bootstrap interval over sessions and rounds. The pairs:
 
     c1      per model size and sequence length, the teacher-forced forward pass: RNN time over Transformer
@@ -31,8 +31,9 @@ import time
 import torch
 
 from . import cases
-from .core import guards, machine
-from .core.mirrored import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
+from .core import guards
+from .core.hardware import machine
+from .core.pairing.mirrored import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short, write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,6 @@
 """asv's results as rows of the tidy table (``reports.columns``): every machine, commit and environment in an
 asv results folder, each benchmark method mapped to the (method, metric) the runner records, out-of-memory
-cases told apart from skips (``benchmarks.core.machine.record_asv_oom``), and values that cannot be right
+cases told apart from skips (``benchmarks.core.hardware.machine.record_asv_oom``), and values that cannot be right
 (a time that is not positive) kept as ``invalid`` rows that name them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 
 import benchmarks
 from benchmarks import cases
-from benchmarks.core.machine import PEAK_TOLERANCE
+from benchmarks.core.hardware.machine import PEAK_TOLERANCE
 from benchmarks.core.records import read_json
 
 from .columns import GRAPH_METRICS, UNITS, facts, frame

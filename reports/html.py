@@ -14,10 +14,10 @@ import shutil
 import jinja2
 import pandas as pd
 
-from benchmarks.core.machine import BUSY_SHARE
-from benchmarks.core.measure import MIN_SAMPLES
+from benchmarks.core.hardware.machine import BUSY_SHARE
 from benchmarks.core.records import write_json_atomic
-from benchmarks.core.runner import NOISY
+from benchmarks.core.running.runner import NOISY
+from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from . import claims, figures, ranges, tidy
 from .analyses import noise, profiling
@@ -200,13 +200,13 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
           profiles: list[dict] | None = None, pairs: list[dict] | None = None, inputs: list[str] | None = None,
           extra: dict | None = None, gate: tuple[str, pd.DataFrame] | None = None) -> str:
     """Write the report for ``table`` as folder ``out``, whole or not at all; returns the path of index.html.
-    ``profiles``: profile records (``benchmarks.core.profiler.load``, each with the ``root`` folder it was read
-    from); ``pairs``: paired-ratio records (``reports.tidy.load_pairs``); ``inputs``: the result folders it
-    was read from, recorded in ``report.json``, with ``extra``'s fields (``compare``: the runs' agreement);
-    ``gate``: what a regression check sees on this machine (caption, table), shown with the history.
-
-    The page is built in a folder beside ``out`` and swapped in once complete: if building fails (a full
-    disk, say), the report that was in ``out`` stays as it was and the partial one is removed."""
+    ``profiles``: profile records (``benchmarks.core.profiling.profiler.load``, each with the ``root`` folder it
+    was read from); ``pairs``: paired-ratio records (``reports.tidy.load_pairs``); ``inputs``: the result
+    folders it was read from, recorded in ``report.json``, with ``extra``'s fields (``compare``: the runs'
+    agreement); ``gate``: what a regression check sees on this machine (caption, table), shown with the history.
+    The page is built in a folder beside ``out`` and swapped in once complete: if building fails (a full disk,
+    say), the report that was in ``out`` stays as it was and the partial one is removed.
+    """
     if table.empty:
         raise ValueError("the results table is empty: nothing to report")
     check_replaceable(out, inputs or ())

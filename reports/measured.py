@@ -19,7 +19,7 @@ import os
 import re
 import statistics
 
-from benchmarks.core import machine
+from benchmarks.core.hardware import machine
 from benchmarks.core.records import check_record_path, read_json, short, write_json_atomic
 
 from . import sensitivity

@@ -4,7 +4,8 @@ possible on this machine (never counted, and they raise no peak)."""
 
 from __future__ import annotations
 
-from benchmarks.core import machine, records
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
 from benchmarks.core.records import case_key
 
 

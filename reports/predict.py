@@ -12,7 +12,7 @@ import os
 
 import pandas as pd
 
-from benchmarks.core import perfmodel
+from benchmarks.core.hardware import perfmodel
 from benchmarks.core.records import read_json
 
 from . import columns, tidy

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from benchmarks.core.machine import PEAK_TOLERANCE
+from benchmarks.core.hardware.machine import PEAK_TOLERANCE
 
 from .analyses.base import Analysis
 

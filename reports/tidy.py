@@ -24,8 +24,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from benchmarks.core import machine, measure, perfmodel, profiler, records
+from benchmarks.core import records
+from benchmarks.core.hardware import machine, perfmodel
+from benchmarks.core.profiling import profiler
 from benchmarks.core.records import read_json
+from benchmarks.core.timing import measure
 
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame

@@ -29,8 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
-from benchmarks.core import machine, measure, runner  # noqa: E402
+from benchmarks.core.hardware import machine
 from benchmarks.core.records import case_key  # noqa: E402
+from benchmarks.core.running import runner
+from benchmarks.core.timing import measure
 
 TOLERANCE = 0.05
 MIN_TIME_S = 1e-3

@@ -38,7 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
-from benchmarks.core import gemm_floor, guards, machine  # noqa: E402
+from benchmarks.core import guards
+from benchmarks.core.hardware import machine
+from benchmarks.core.profiling import gemm_floor
 from benchmarks.core.records import commit  # noqa: E402
 from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402

@@ -5,8 +5,8 @@ them with ``time.perf_counter`` in mirrored blocks (a b b a, then b a a b) for `
 users' default regime; its ratio is the median of its rounds' ratios (b's two blocks over a's). Several such
 processes, one after another, give the ratio's spread over processes; each side's minor page faults per
 timed call say whether a process's allocator gave its buffers back to the OS each call. Nothing here is
-shared with the runner's or the pairs' timing code (``benchmarks.core.measure``, ``benchmarks.core.mirrored``):
-only the case definitions.
+shared with the runner's or the pairs' timing code (``benchmarks.core.timing.measure``,
+``benchmarks.core.pairing.mirrored``): only the case definitions.
 
     .venv/bin/python scripts/plain_pair.py                    C1 at tiny and paper-base, n = 128, 3 processes
     .venv/bin/python scripts/plain_pair.py --processes 5 --rounds 20

@@ -1,6 +1,6 @@
 """What runtime settings change, measured on purpose: each a paired ratio with its 95% interval.
 
-Two workers of this checkout (``benchmarks.core.mirrored``) time the same cases in mirrored blocks, one in the
+Two workers of this checkout (``benchmarks.core.pairing.mirrored``) time the same cases in mirrored blocks, one in the
 users' default regime and one with a setting changed; each case's ratio is its time with the setting over
 its time without. The settings:
 
@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 from attention_bench import options  # noqa: E402
 from benchmarks import cases  # noqa: E402
 from benchmarks.core import guards, records  # noqa: E402
-from benchmarks.core.mirrored import (  # noqa: E402
+from benchmarks.core.pairing.mirrored import (  # noqa: E402
     FIXED_ALLOCATOR,
     HANDOVER_S,
     IDLE_PASSIVE,
@@ -44,7 +44,7 @@ from benchmarks.core.mirrored import (  # noqa: E402
     Worker,
     WorkerDied,
 )
-from benchmarks.core.mirrored_worker import SET_THREADS  # noqa: E402
+from benchmarks.core.pairing.mirrored_worker import SET_THREADS  # noqa: E402
 from reports import measured  # noqa: E402
 
 SETTINGS = {"passive": IDLE_PASSIVE, "allocator": FIXED_ALLOCATOR, "threads-set": {SET_THREADS: "1"}, "idle": {}}

@@ -15,7 +15,7 @@ os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-c
 
 from run_helpers import FAKE_PEAK, quick_measuring  # noqa: E402  (after the cache is set)
 
-from benchmarks.core import machine
+from benchmarks.core.hardware import machine
 
 atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import constants, machine, runner
-from benchmarks.core import measure as measuring
+from benchmarks.core.hardware import constants, machine
+from benchmarks.core.running import runner
+from benchmarks.core.timing import measure as measuring
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
         ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from run_helpers import copy_project
 
-from benchmarks.core import machine
+from benchmarks.core.hardware import machine
 from reports import tidy
 
 # -- asv's machine metadata in both environment modes -------------------------------------

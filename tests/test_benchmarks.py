@@ -10,7 +10,9 @@ import torch
 
 import benchmarks
 from benchmarks import cases
-from benchmarks.core import head_parallel, machine, measure
+from benchmarks.core.hardware import machine
+from benchmarks.core.ranks import head_parallel
+from benchmarks.core.timing import measure
 from transformer import flops
 
 MODULES = [importlib.import_module(f"benchmarks.{m.name}") for m in pkgutil.iter_modules(benchmarks.__path__)
@@ -86,7 +88,7 @@ def test_setup_and_every_benchmark_body_run(cls, peaks, monkeypatch):
 
 
 def test_achieved_flops_and_fraction_of_peak_divide_the_right_numbers(peaks, monkeypatch):
-    from benchmarks.core import measure
+    from benchmarks.core.timing import measure
 
     bench = CLASS_BY_AREA["threads"]()
     values = [{"workload": "multihead", "threads": 1}[n] for n in bench.param_names]
@@ -108,7 +110,7 @@ def test_setup_cache_calibrates_every_thread_count_and_the_default(peaks):
 
 
 def test_thread_scaling_sets_and_restores_the_thread_count():
-    from benchmarks.core import measure
+    from benchmarks.core.timing import measure
 
     before = torch.get_num_threads()
     case = cases.build("threads", {"workload": "multihead", "threads": 1})
@@ -169,7 +171,7 @@ def test_tokens_from_parameters_match_the_built_case(area):
 
 
 def test_depth_benchmark_tracks_the_recorded_graph():
-    from benchmarks.core import measure
+    from benchmarks.core.timing import measure
 
     cls = CLASS_BY_AREA["depth"]
     for p in cpu_params(cls):

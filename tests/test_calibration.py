@@ -14,7 +14,8 @@ import torch
 from run_helpers import FAKE_PEAK, measure
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import machine, records
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
 from reports import tidy
 
 PLAN = [("multihead", {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"})]

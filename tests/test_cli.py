@@ -12,8 +12,9 @@ from run_helpers import measure
 
 from attention_bench.cli import main
 from benchmarks import cases
-from benchmarks.core import machine, records
-from benchmarks.core import runner as core_runner
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
+from benchmarks.core.running import runner as core_runner
 from reports import ranges
 
 

@@ -11,7 +11,7 @@ import torch
 from run_helpers import MEASURE_ONLY, PLAN, cli, in_process, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import runner
+from benchmarks.core.running import runner
 from reports import html, tidy
 from reports.analyses import c1_length, c3_heads
 

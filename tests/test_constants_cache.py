@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.core import constants_cache
+from benchmarks.core.hardware import constants_cache
 
 
 @pytest.fixture

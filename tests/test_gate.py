@@ -13,7 +13,7 @@ import pytest
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate as gate_library
-from benchmarks.core import mirrored
+from benchmarks.core.pairing import mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

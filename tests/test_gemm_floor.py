@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import DEVICES
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.core.gemm_floor import Gemm, record, replay
+from benchmarks.core.profiling.gemm_floor import Gemm, record, replay
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops
 
 

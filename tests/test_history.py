@@ -14,7 +14,7 @@ from run_helpers import in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate, history
-from benchmarks.core import mirrored
+from benchmarks.core.pairing import mirrored
 from benchmarks.core.records import case_key, write_json_atomic
 
 CASE = "attention--forward--backend=sdpa"

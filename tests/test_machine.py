@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import cases
-from benchmarks.core import machine, telemetry
+from benchmarks.core.hardware import machine
+from benchmarks.core.timing import telemetry
 
 
 @given(st.integers(1, 512))

@@ -14,8 +14,9 @@ import pytest
 from run_helpers import PLAN, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import machine, records
-from benchmarks.core import measure as measure_
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
+from benchmarks.core.timing import measure as measure_
 from reports import tidy
 from reports.analyses import noise
 from reports.analyses import runs as run_list
@@ -44,7 +45,7 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     flips are gone, which a median over neighbouring controls (75 in round 1) would have smeared, and so
     would a control for the record as a whole. The raw time is the median of the rounds; the best round is
     the faster one."""
-    from benchmarks.core.measure import combined
+    from benchmarks.core.timing.measure import combined
 
     (tmp_path / "cases").mkdir()
     records.write_json_atomic(str(tmp_path / "machine.json"), {

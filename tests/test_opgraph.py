@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.core import measure, opgraph
+from benchmarks.core import opgraph
+from benchmarks.core.timing import measure
 
 
 @pytest.mark.parametrize("k", [1, 4, 17])

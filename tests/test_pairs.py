@@ -14,7 +14,7 @@ from run_helpers import in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
-from benchmarks.core import mirrored
+from benchmarks.core.pairing import mirrored
 from reports import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -120,7 +120,7 @@ def test_gloo_ranks_match_the_single_process_module(case, world, tmp_path):
 
 
 def test_the_forward_its_compute_and_its_collectives_are_timed_in_the_same_mirrored_blocks(tmp_path, monkeypatch):
-    from benchmarks.core import head_parallel
+    from benchmarks.core.ranks import head_parallel
 
     class Clock:  # a fake clock each function advances by its cost: the shares hold on a busy machine
         now = 0.0
@@ -223,7 +223,7 @@ def test_bad_launches_are_clear_errors(tmp_path):
 def test_the_runner_under_two_ranks_measures_every_case_exactly_once(tmp_path):
     import json
 
-    from benchmarks.core import runner
+    from benchmarks.core.running import runner
     from reports import tidy
 
     out = tmp_path / "run"
@@ -319,8 +319,8 @@ def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_reco
                                                                                             fake_peaks):
     import signal
 
-    from benchmarks.core.ranks import RankGuard
-    from benchmarks.core.runner import Runner, plan
+    from benchmarks.core.ranks.world import RankGuard
+    from benchmarks.core.running.runner import Runner, plan
 
     Runner(str(tmp_path), min_run_time=0.01).run(plan("quick", ["depth"])[:1], progress=False)
     capsys.readouterr()  # what the run said (a busy machine's warning, say) is not the guard's line
@@ -341,7 +341,7 @@ def test_a_rank_that_torchrun_stops_says_what_it_was_measuring_and_that_its_reco
 
 
 def test_nccl_with_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
-    from benchmarks.core import head_parallel
+    from benchmarks.core.ranks import head_parallel
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -354,7 +354,8 @@ def test_nccl_with_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
 
 
 def test_a_torch_without_gloo_is_a_clear_error(monkeypatch):
-    from benchmarks.core import head_parallel, ranks
+    from benchmarks.core.ranks import head_parallel
+    from benchmarks.core.ranks import world as ranks
 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(dist, "is_backend_available", lambda backend: False)

@@ -1,5 +1,5 @@
-"""The performance model (benchmarks.core.perfmodel) on synthetic operator lists with known answers, the
-machine constants' micro-benchmarks (benchmarks.core.constants), the shapes and dispatches the executed
+"""The performance model (benchmarks.core.hardware.perfmodel) on synthetic operator lists with known answers, the
+machine constants' micro-benchmarks (benchmarks.core.hardware.constants), the shapes and dispatches the executed
 graph records for it (benchmarks.core.opgraph), and datasheets with bad fields."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.core import constants, opgraph, perfmodel
-from benchmarks.core.perfmodel import Priced
+from benchmarks.core import opgraph
+from benchmarks.core.hardware import constants, perfmodel
+from benchmarks.core.hardware.perfmodel import Priced
 
 SHEET = {"peak_flops_per_s": 1e11, "bandwidth_bytes_per_s": 1e10, "op_overhead_s": 1e-6}
 

@@ -15,7 +15,9 @@ from run_helpers import ROOT, in_process, measure, quick_measuring
 
 from attention_bench.cli import main
 from benchmarks import cases
-from benchmarks.core import constants, perfmodel, records, runner
+from benchmarks.core import records
+from benchmarks.core.hardware import constants, perfmodel
+from benchmarks.core.running import runner
 from reports import predict, tidy
 from reports.analyses import c2_roofline, prediction
 from reports.analyses.prediction import crossover_curves, pairs, where_overtakes

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.core import machine, measure, runner
+from benchmarks.core.hardware import machine
+from benchmarks.core.running import runner
+from benchmarks.core.timing import measure
 from reports import figures, tidy
 from reports.analyses import noise
 from reports.analyses.base import Figure, time_curves

@@ -12,7 +12,8 @@ import pytest
 from run_helpers import in_process
 
 from benchmarks import cases
-from benchmarks.core import opgraph, profiler
+from benchmarks.core import opgraph
+from benchmarks.core.profiling import profiler
 
 MODEL_CASES = [("models", {"model": m, "preset": "tiny", "seq_len": 6, "batch": 2, "device": "cpu"}, method)
                for m in ("transformer", "rnn-width", "rnn-params") for method in cases.METHODS["models"]]

@@ -12,7 +12,8 @@ from run_helpers import PLAN, measured_run
 from test_tidy import write_asv_results
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import records, runner
+from benchmarks.core import records
+from benchmarks.core.running import runner
 from reports import tidy
 from reports.analyses import runs as run_list
 

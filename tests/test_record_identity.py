@@ -9,7 +9,9 @@ import subprocess
 import pytest
 from run_helpers import PLAN
 
-from benchmarks.core import constants_cache, machine, records, runner
+from benchmarks.core import records
+from benchmarks.core.hardware import constants_cache, machine
+from benchmarks.core.running import runner
 
 
 def git(root, *args):

@@ -4,7 +4,7 @@ default one), and each pair's own ratio under both."""
 
 import pytest
 
-from benchmarks.core import mirrored
+from benchmarks.core.pairing import mirrored
 from scripts import regime_effects
 
 

@@ -17,7 +17,8 @@ import re
 import pytest
 from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, quick_measuring
 
-from benchmarks.core import profiler, runner
+from benchmarks.core.profiling import profiler
+from benchmarks.core.running import runner
 from reports import html, tidy
 from reports.claims import CLAIMS
 

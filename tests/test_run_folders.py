@@ -3,6 +3,7 @@ named and set aside, out of memory recorded, the run summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -15,8 +16,10 @@ import pytest
 from run_helpers import MEASURE_ONLY, PLAN, ROOT, files, in_process, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core import guards, lock, machine, records, runner
-from benchmarks.core import measure as measure_
+from benchmarks.core import guards, records
+from benchmarks.core.hardware import machine
+from benchmarks.core.running import lock, runner
+from benchmarks.core.timing import measure as measure_
 from reports import columns, figures, tidy
 from reports.analyses import registry, runs
 
@@ -163,12 +166,12 @@ def test_a_cpu_out_of_memory_under_asv_is_recorded_as_out_of_memory(tmp_path, mo
     monkeypatch.setenv("ASV_CONF_DIR", str(tmp_path))
     monkeypatch.setenv("ASV_ENV_NAME", "virtualenv-py3.11-torch2.13.0")
 
-    def build(area, values):
+    def build(**values):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 68719476736 bytes")
 
-    monkeypatch.setattr(cases, "build", build)
-    monkeypatch.setattr(cases, "on_grid", lambda area, values: True)
+    area = dataclasses.replace(bench_multihead.AREA, build=build, keep={})
+    monkeypatch.setattr(bench_multihead.MultiHeadAttention, "AREA", area)
     bench = bench_multihead.MultiHeadAttention()
     with pytest.raises(cases.Skip, match="out of memory: .*can't allocate memory"):
         bench.setup({}, 1, "batched", True, "cuda")  # asv then records a skip: no value
@@ -212,7 +215,8 @@ def test_the_page_shows_where_memory_ran_out(tmp_path, fake_peaks):
 
 # -- one writer per run folder, and a run cut short by Ctrl-C ---------------------------------------------------
 
-HOLD = ("import sys, time\nfrom benchmarks.core.lock import FolderLock\nheld = FolderLock(sys.argv[1]).acquire()\n"
+HOLD = ("import sys, time\nfrom benchmarks.core.running.lock import FolderLock\n"
+        "held = FolderLock(sys.argv[1]).acquire()\n"
         "print('held', flush=True)\ntime.sleep(60)\n")
 
 

@@ -8,8 +8,11 @@ import torch
 from run_helpers import FAKE_PEAK
 
 from benchmarks import cases
-from benchmarks.core import machine, measure, records, runner
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
 from benchmarks.core.records import case_key
+from benchmarks.core.running import runner
+from benchmarks.core.timing import measure
 from transformer import flops
 
 PLAN = [

@@ -10,7 +10,9 @@ from asv.runner import BenchmarkResult
 from run_helpers import quick_measuring
 
 from benchmarks import cases
-from benchmarks.core import machine, records, runner
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
+from benchmarks.core.running import runner
 from reports import tidy
 
 PLAN = [("multihead", {"heads": 8, "strategy": "looped", "out_proj": True, "device": "cpu"}),

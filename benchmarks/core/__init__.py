@@ -1,18 +1,18 @@
-"""The measurement core: everything between a case (``benchmarks.cases``) and a record in a run folder.
+"""The measurement core: everything between a case (``benchmarks.cases``) and a record in a run folder, one
+sub-package per job; each imports only the ones below it (pyproject.toml's contracts).
 
+    pipeline      one run as every command line does it: plan, check the folders, measure, summarise
+    ranks/        torchrun's ranks: a grid spread over them (world), the heads split over them (head_parallel)
+    running/      a grid swept into a run folder, resumable (runner), its summary (run_summary), one writer
+                  per run folder (lock)
+    profiling/    torch.profiler breakdowns in the paper's components (profiler, components); a call's matrix
+                  products replayed alone, the floor of a speed target (gemm_floor)
+    pairing/      two versions timed in mirrored blocks, each in a worker process (mirrored, mirrored_worker)
+    timing/       timing a case's method (measure: torch.utils.benchmark, achieved FLOP/s, rounds); GPU power,
+                  clocks and energy (telemetry, NVML)
+    hardware/     the machine model: facts and GEMM peaks (machine), constants by micro-benchmark (constants,
+                  cached per machine in constants_cache), a call's time predicted from them (perfmodel)
+    opgraph       the executed operator graph: FLOPs per label, sequential depth, launches, bytes, shapes
     records       run folders' JSON records: atomic writes, clear read errors, set-aside, status of a failure
     guards        checks of user input before anything is measured
-    machine       the machine's facts and its measured GEMM peaks
-    telemetry     GPU power, clocks and energy (NVML)
-    opgraph       the executed operator graph: FLOPs per label, sequential depth, launches, bytes, shapes
-    constants     the machine's constants by micro-benchmark: kernel rates by shape, bandwidth, overheads
-    perfmodel     a call's time predicted from those constants and its operators (never from timings)
-    measure       timing a case's method (torch.utils.benchmark), achieved FLOP/s, rounds
-    gemm_floor    a call's matrix products recorded and replayed alone: the floor of a speed target
-    profiler      torch.profiler breakdowns in the paper's components, memory, traces
-    head_parallel the heads split over ranks, measured in lockstep
-    runner        a grid swept into a run folder, resumable; the run summary
-    lock          one writer per run folder
-    ranks         a grid spread over torchrun's ranks; a stopped rank's one-line exit
-    pipeline      one run as every command line does it, and their shared options
 """

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from .. import cases
 from . import guards
-from .lock import FolderBusy, FolderLock
-from .ranks import Ranks
+from .ranks.world import Ranks
 from .records import UnreadableRecord, read_json, short
-from .runner import Runner, plan
+from .running.lock import FolderBusy, FolderLock
+from .running.runner import Runner, plan
 
 #: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
 MIN_RUN_TIME = 0.2

@@ -23,7 +23,7 @@ import traceback
 
 import torch
 
-from .. import cases
+from ..area import Skip
 
 #: what a case's record can say of it
 STATUSES = ("ok", "skipped", "oom", "failed")
@@ -340,7 +340,7 @@ def set_aside(path: str, folder: str) -> str:
 
 def classify_failure(error: BaseException) -> tuple[str, str]:
     """(status, reason) of a case that raised: ``skipped`` (it cannot run here), ``oom`` or ``failed``."""
-    if isinstance(error, cases.Skip):
+    if isinstance(error, Skip):
         return "skipped", str(error)
     if is_oom(error):
         return "oom", str(error).splitlines()[0]

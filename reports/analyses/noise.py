@@ -14,9 +14,9 @@ import itertools
 
 import pandas as pd
 
-from benchmarks.core.machine import BUSY_SHARE
-from benchmarks.core.measure import MIN_SAMPLES
-from benchmarks.core.runner import NOISY
+from benchmarks.core.hardware.machine import BUSY_SHARE
+from benchmarks.core.running.runner import NOISY
+from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from .. import tidy
 from .base import case_columns
@@ -59,7 +59,7 @@ def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
 
 def two_mode_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case whose processes ran it at two levels, further apart than their own spread
-    (``benchmarks.core.measure.modes_of``): each level with how many processes ran at it, and the
+    (``benchmarks.core.timing.measure.modes_of``): each level with how many processes ran at it, and the
     interval over processes that the case's figure carries (lowest to highest). Widest first."""
     if "modes" not in t:
         return pd.DataFrame()

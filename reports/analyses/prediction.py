@@ -1,5 +1,5 @@
 """The performance model against the run: every timed case predicted from the machine's measured constants
-(``benchmarks.core.perfmodel``: per operator max(FLOPs / kernel rate, bytes / bandwidth) + dispatch
+(``benchmarks.core.hardware.perfmodel``: per operator max(FLOPs / kernel rate, bytes / bandwidth) + dispatch
 overheads) and compared with its measured time, per area; C1's crossover and the heads ratio predicted
 then measured.
 """

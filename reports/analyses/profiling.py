@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from benchmarks.core.profiler import SUM_TOLERANCE
+from benchmarks.core.profiling.profiler import SUM_TOLERANCE
 
 from .base import Analysis
 

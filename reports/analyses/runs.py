@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from benchmarks.core import records
-from benchmarks.core.machine import BUSY_SHARE
+from benchmarks.core.hardware.machine import BUSY_SHARE
 
 from .base import case_columns
 

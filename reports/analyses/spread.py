@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from benchmarks.core.measure import MIN_SAMPLES
+from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from .base import fmt_ratio
 

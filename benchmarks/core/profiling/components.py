@@ -6,23 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .. import cases
+from ... import cases
 
-#: record_function label -> the component it belongs to (the paper's terms). Labels that only group
-#: others (a whole encoder, one attention block) keep the time of the operators directly inside them
-#: under "block glue" (Python and views between the labelled steps, e.g. splitting the heads).
-COMPONENTS = {
-    "embedding": "embedding", "positional_encoding": "positional encoding",
-    "mha.qkv_proj": "Q/K/V projections", "mha.q_proj": "Q/K/V projections", "mha.kv_proj": "Q/K/V projections",
-    "mha.k_proj": "Q/K/V projections", "mha.v_proj": "Q/K/V projections", "mha.head_proj": "Q/K/V projections",
-    "attention.scores": "scores Q·Kᵀ", "attention.mask": "mask", "attention.softmax": "softmax",
-    "attention.weights_v": "weights·V", "attention.sdpa": "fused attention (SDPA)", "mha.concat": "concat heads",
-    "mha.out_proj": "W_O", "ffn": "FFN", "add_norm": "add & norm", "final_norm": "final norm",
-    "generator": "generator", "encoder.bigru": "biGRU encoder", "additive_attention.keys": "U_a·h (once)",
-    "additive_attention": "additive attention", "gru_step": "GRU step", "decoder.init_state": "initial state",
-    "readout": "readout", "recurrent_layer.gru": "GRU layer", "decode_step": "decoding loop",
-    "loss": "loss", "backward": "backward",
-}
+#: record_function label -> the component it belongs to (the paper's terms), from the areas that add them
+#: (``Area.components``). Labels that only group others (a whole encoder, one attention block) keep the time
+#: of the operators directly inside them under "block glue" (Python and views between the labelled steps,
+#: e.g. splitting the heads).
+COMPONENTS = cases.components()
 GROUPING = ("encoder", "decoder", "encoder.self_attn", "decoder.self_attn", "decoder.cross_attn")
 UNLABELLED, GLUE = "unlabelled", "block glue"
 #: components whose time is matmul work by construction (the rest is elementwise, memory or glue)

@@ -1,4 +1,4 @@
-"""A regression gate's worker (``benchmarks.core.mirrored``): one version of the models, timed on request.
+"""A regression gate's worker (``benchmarks.core.pairing.mirrored``): one version of the models, timed on request.
 
     python mirrored_worker.py ROOT     ROOT holds ``transformer`` (the version under test) and ``benchmarks``
                                      (the case definitions), as links

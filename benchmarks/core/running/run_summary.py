@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import measure
-from .records import STATUSES, case_key
+from ..records import STATUSES, case_key
+from ..timing import measure
 
 #: a timed case whose spread (IQR over median) passes this is flagged noisy in the summary and on the page
 NOISY = 0.10

@@ -18,7 +18,7 @@ import sys
 
 import filelock
 
-from .records import write_json_atomic
+from ..records import write_json_atomic
 
 LOCK, OWNER = ".lock", ".lock.json"
 

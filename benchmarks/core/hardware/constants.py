@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as tb
 
-from . import opgraph
+from .. import opgraph
 
 #: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
 #: done ``batch`` times (``gemm_cold``: thin products, whose B, the weight, is read from beyond the last-level

@@ -22,9 +22,11 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tbench
 
-from ..cases import Prepared, Skip, using_threads
-from . import constants, opgraph, telemetry
-from .machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share, threads_left_alone
+from ...area import Prepared, Skip, using_threads
+from .. import opgraph
+from ..hardware import constants
+from ..hardware.machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share, threads_left_alone
+from . import telemetry
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's

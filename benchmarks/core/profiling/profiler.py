@@ -55,8 +55,10 @@ from torch._C._profiler import _EventType  # the profiler's event kinds: no publ
 from torch.profiler import ProfilerActivity, profile, schedule
 from tqdm import tqdm
 
-from .. import cases
-from . import machine, opgraph, records
+from ... import cases
+from .. import opgraph, records
+from ..hardware import machine
+from ..records import UnreadableRecord, case_key, classify_failure, commit, read_json, write_json_atomic
 from .components import (  # noqa: F401 (the profile's terms, read through this module too)
     COMPONENTS,
     GLUE,
@@ -67,7 +69,6 @@ from .components import (  # noqa: F401 (the profile's terms, read through this 
     analytic_component,
     component,
 )
-from .records import UnreadableRecord, case_key, classify_failure, commit, read_json, write_json_atomic
 
 #: the most the components may differ from the unprofiled call before a profile is flagged
 SUM_TOLERANCE = 0.10

@@ -2,7 +2,7 @@
 
 asv spawns a process per benchmark and parameter combination, which is right for history but slow
 for a sweep; this runner reads the same cases (``benchmarks.cases``) and measures them with the same
-code as asv's tracks (``benchmarks.core.measure``). Each case's records are written as soon as the case
+code as asv's tracks (``benchmarks.core.timing.measure``). Each case's records are written as soon as the case
 finishes, atomically, one JSON file per (area, method, params) under ``<out>/cases/``; a second run
 into the same folder resumes, skipping what is there. A case that cannot run on this machine is
 recorded as ``skipped``, one that runs out of memory as ``oom`` and any other error as ``failed``,
@@ -17,8 +17,8 @@ pages, its allocator's state, its place on the cores) moves a case's time by a f
 for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
 one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels).
 
-``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks`` spreads a grid over
-torchrun's ranks.
+``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks.world``
+spreads a grid over torchrun's ranks.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from collections.abc import Iterable
 import torch
 from tqdm import tqdm
 
-from .. import cases
-from . import constants_cache, guards, machine, measure, records
-from .records import (
+from ... import cases
+from .. import guards, records
+from ..hardware import constants_cache, machine
+from ..records import (
     STATUSES,
     UnreadableRecord,
     case_key,
@@ -48,6 +49,7 @@ from .records import (
     set_aside,
     write_json_atomic,
 )
+from ..timing import measure
 from .run_summary import NOISY, summary  # noqa: F401 (NOISY: the page's threshold too)
 
 
@@ -93,7 +95,7 @@ class Runner:
         self.quick_constants = quick_constants  # the performance model's constants on a coarse grid (seconds)
         self.fresh = fresh  # each round in a fresh process (round_in_process), when there are several
         self.recalibrate = recalibrate  # the performance model's constants measured again, not from the cache
-        self.grid = grid  # the grid the cases come from: the methods it times (grids.SPARSE_METHODS); None: all
+        self.grid = grid  # the grid the cases come from: the methods it times (the area's keep_method); None: all
         self.peaks: dict[str, float] = {}  # the run's GEMM peaks (calibrate), once it has started
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")

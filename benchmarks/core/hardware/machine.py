@@ -22,9 +22,9 @@ import torch
 import torch.utils.benchmark as tbench
 from torch.utils.benchmark.utils import common as tbench_common
 
-from ..cases import using_threads
-from . import records
-from .records import write_json_atomic
+from ...area import using_threads
+from .. import records
+from ..records import write_json_atomic
 
 #: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
 GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
@@ -115,7 +115,7 @@ def local_devices() -> list[str]:
 def threads_left_alone():
     """torch.utils.benchmark's Timer calls ``torch.set_num_threads`` around every measurement; inside this
     block it does not when the count is already the one asked for, so that timing a case leaves the process
-    in the regime its user gets (``cases.using_threads`` says why that matters)."""
+    in the regime its user gets (``area.using_threads`` says why that matters)."""
     real = tbench_common.set_torch_threads
     tbench_common.set_torch_threads = lambda n: contextlib.nullcontext() if n == torch.get_num_threads() else real(n)
     try:
@@ -190,7 +190,7 @@ def calibrate(threads: list[int] | tuple[int, ...] = (), fresh: bool = False) ->
     if fresh:
         gemm_peak.cache_clear()
     counts = sorted({torch.get_num_threads(), *threads})
-    default = torch.get_num_threads()  # measured without setting it (cases.using_threads says why)
+    default = torch.get_num_threads()  # measured without setting it (area.using_threads says why)
     peaks = {peak_key("cpu", d, t): gemm_peak("cpu", d, None if t == default else t) for d in GEMM_DTYPES["cpu"]
              for t in counts}
     if torch.cuda.is_available():

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .. import cases
-from . import constants, machine, records
+from ...area import using_threads
+from .. import records
+from . import constants, machine
 
 #: days a cached measurement stands for the machine
 MAX_AGE_DAYS = 7
@@ -80,7 +81,7 @@ def this_machine(threads: list[int], skip: Iterable[str] = (), quick: bool = Fal
     for t in sorted({torch.get_num_threads(), *threads}):
         key = machine.peak_key("cpu", "float32", t)
         if key not in skip:
-            with cases.using_threads(t):
+            with using_threads(t):
                 out[key], sources[key] = get("cpu", "float32", quick, again)
     for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
         key = machine.peak_key("cuda", dtype, None)

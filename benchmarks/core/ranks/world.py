@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .runner import Runner
+from ..running.runner import Runner
 
 
 class Ranks:

@@ -48,8 +48,8 @@ import torch.multiprocessing as mp
 from transformer import MultiHeadAttention, parallel
 from transformer.layers import EncoderLayer
 
-from .. import cases
-from .records import read_json, write_json_atomic
+from ... import cases
+from ..records import read_json, write_json_atomic
 
 AREA = "parallel"
 #: timed blocks per measurement: the end-to-end time's quartiles are over them (its ``samples``)

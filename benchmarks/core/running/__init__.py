@@ -1,0 +1,1 @@
+"""Sweeping a grid into a run folder: the runner (resumable, atomic records), its summary, the folder's lock."""
