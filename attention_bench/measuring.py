@@ -60,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if ranks.world > 1:
             print(f"all {ranks.world} ranks: " + ", ".join(f"{k} {v}" for k, v in total.items()))
-        if not args.no_profile:
+        # the grid's profile set, within the cases chosen (--area, --param, --device)
+        chosen = [c for c in cases.profile_set(PROFILE_SET_FOR_GRID[args.grid]) if (c[0], c[1]) in run.todo]
+        if not args.no_profile and chosen:
             # in a process of its own: the calibration set torch's threads in this one
-            profiled = profiler.run_set_fresh(PROFILE_SET_FOR_GRID[args.grid], out, progress=not args.no_progress)
+            profiled = profiler.run_set_fresh(chosen, out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
         if args.pairs_budget:
             _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(machine.local_devices()))
