@@ -18,7 +18,6 @@ verdicts reached so far are printed and saved.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -28,8 +27,7 @@ import time
 
 import torch
 
-from .core import guards
-from .core.hardware import machine
+from .core import envelope, guards
 from .core.pairing.mirrored import (
     FIXED_ALLOCATOR,
     HANDOVER_S,
@@ -40,7 +38,7 @@ from .core.pairing.mirrored import (
     Worker,
     WorkerDied,
 )
-from .core.records import case_key, check_record_path, write_json_atomic
+from .core.records import case_key, check_record_path
 from .core.running.runner import plan_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,15 +231,9 @@ def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: 
     print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {slower} slower than {threshold:.0%}"
           + ("" if any(r["verdict"] != "skipped" for r in rows)
              else "; nothing was compared: every selected case was skipped, which is not a pass"), file=sys.stderr)
-    facts = machine.metadata()
-    write_json_atomic(record, {"kind": "gate", "base": base, "head": head, "threshold": threshold,
-                               "rounds": rounds, "decided": decided, "budget_s": budget, "elapsed_s": elapsed,
-                               "block_s": BLOCK_S, "date": dt.datetime.now(dt.timezone.utc).isoformat(),
-                               "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-                               "threads": torch.get_num_threads(), "worker_env": FIXED_ALLOCATOR,
-                               "handover_s": HANDOVER_S,
-                               "regime": gate.base.regime,
-                               "stopped": None if stopped is None else (str(stopped) or "interrupted"),
-                               "cases": rows})
+    envelope.save(record, "gate", head, regime=gate.base.regime, base=base, head=head, threshold=threshold,
+                  rounds=rounds, decided=decided, budget_s=budget, elapsed_s=elapsed, block_s=BLOCK_S,
+                  threads=torch.get_num_threads(), worker_env=FIXED_ALLOCATOR, handover_s=HANDOVER_S,
+                  stopped=None if stopped is None else (str(stopped) or "interrupted"), cases=rows)
     print(f"record: {os.path.abspath(record)}", file=sys.stderr)
     return rows, stopped

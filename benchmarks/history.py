@@ -20,6 +20,7 @@ import sys
 import time
 
 from . import gate
+from .core import envelope
 from .core.records import UnreadableRecord, case_key, read_json, write_json_atomic
 
 #: a commit's record in the history's folder
@@ -93,7 +94,8 @@ def measure(history: list[str], reference: str, todo: list[tuple[str, dict, str]
             elif same is not None:
                 earlier = _recorded(os.path.join(folder, RECORD.format(commit=same)), reference)
                 rows = _reference_rows(todo) if same == reference else earlier["cases"]
-                record = {"status": "ok", "same_as": same, "cases": rows}
+                record = {**envelope.envelope("history", commit, None), "status": "ok", "same_as": same,
+                          "cases": rows}
             else:
                 left = total_budget - (time.monotonic() - started)
                 if left <= 0:

@@ -23,7 +23,6 @@ or a worker that dies or stops answering (2) still saves the ratios measured so 
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sys
 import time
@@ -31,10 +30,10 @@ import time
 import torch
 
 from . import cases
-from .core import guards
+from .core import envelope, guards
 from .core.hardware import machine
 from .core.pairing.mirrored import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
-from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short, write_json_atomic
+from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
@@ -184,14 +183,10 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
     rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env)
-    facts = machine.metadata()
-    saved = {"kind": "pairs", "grid": grid, "device": device, "rounds": rounds, "elapsed_s": seconds,
-             "budget_s": budget, "precision": PRECISION, "block_s": BLOCK_S,
-             "date": dt.datetime.now(dt.timezone.utc).isoformat(), "commit": commit(),
-             "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")},
-             "threads": torch.get_num_threads(), "worker_env": env or {}, "regime": regime, "pairs": kept + rows,
-             "stopped": None if stopped is None else (str(stopped) or "interrupted")}
-    write_json_atomic(record, saved)
+    saved = envelope.save(record, "pairs", commit(), regime=regime, grid=grid, device=device, rounds=rounds,
+                          elapsed_s=seconds, budget_s=budget, precision=PRECISION, block_s=BLOCK_S,
+                          threads=torch.get_num_threads(), worker_env=env or {}, pairs=kept + rows,
+                          stopped=None if stopped is None else (str(stopped) or "interrupted"))
     if stopped is not None:
         raise stopped  # after the record of what was measured is saved
     return saved

@@ -14,13 +14,12 @@ rendering, so the docs cannot drift from what a run printed.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import statistics
 
-from benchmarks.core.hardware import machine
-from benchmarks.core.records import check_record_path, read_json, short, write_json_atomic
+from benchmarks.core import envelope
+from benchmarks.core.records import read_json, short
 
 from . import sensitivity
 from .analyses.noise import AGREEMENT_METRICS, rounds_told
@@ -42,15 +41,12 @@ def begin(name: str, only: list[str] | None = None, doc: str = README) -> str:
             f"do not edit) -->")
 
 
-def save(path: str, kind: str, commit: str | None, **fields) -> None:
-    """Write a measurement script's record of ``kind`` (one of RENDER's) at ``path``: when, at which commit,
-    on which machine, and the script's own ``fields``; the README block is then ``markdown(load(path), path)``.
-    Only a record of the same kind is replaced (``records.check_record_path``: ValueError naming the file)."""
-    check_record_path(path, kind)
-    facts = machine.metadata()
-    write_json_atomic(path, {
-        "kind": kind, "generated": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-        "machine": {k: facts.get(k) for k in ("cpu_model", "cpu_count", "torch", "gpu_name")}, **fields})
+def save(path: str, kind: str, commit: str | None, regime: dict | None = None, **fields) -> None:
+    """Write a measurement script's record of ``kind`` (one of RENDER's) at ``path`` in the one envelope
+    (``benchmarks.core.envelope``: when, at which commit, on which machine, in which regime) with the script's
+    own ``fields``; the README block is then ``markdown(load(path), path)``. Only a record of the same kind is
+    replaced (ValueError naming the file)."""
+    envelope.save(path, kind, commit, regime=regime, **fields)
 
 
 def markdown(record: dict, name: str, only: list[str] | None = None, doc: str = README) -> str:
@@ -190,7 +186,7 @@ def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str
 
 
 def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved comparison [`{name}`]({link}) ({record['date'][:16]}): head {record['head'][:8]} "
+    lines = [f"From the saved comparison [`{name}`]({link}) ({envelope.when(record)[:16]}): head {record['head'][:8]} "
              f"against base "
              f"{record['base'][:8]}, {record['rounds']} rounds of mirrored blocks, threshold "
              f"{record['threshold']:.0%}" + (f"; {machine_line(record['machine'])}, {record['threads']} threads, "
@@ -207,7 +203,7 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
 
 
 def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
-    lines = [f"From the saved run [`{name}`]({link}) ({record['date'][:16]}, commit "
+    lines = [f"From the saved run [`{name}`]({link}) ({envelope.when(record)[:16]}, commit "
              f"{short_commit(record.get('commit'))}; {machine_line(record['machine'])}, {record['threads']} threads; "
              f"`attention-bench pairs`): both cases of each ratio timed in mirrored blocks in one process"
              + (f" (run with {', '.join(f'{k}={v}' for k, v in sorted(record['worker_env'].items()))})"

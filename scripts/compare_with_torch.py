@@ -41,7 +41,7 @@ from benchmarks import cases  # noqa: E402
 from benchmarks.core import guards
 from benchmarks.core.hardware import machine
 from benchmarks.core.profiling import gemm_floor
-from benchmarks.core.records import commit  # noqa: E402
+from benchmarks.core.records import commit, regime  # noqa: E402
 from reports import measured  # noqa: E402
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, flops  # noqa: E402
 
@@ -165,7 +165,7 @@ def main() -> None:
 
 def record(path: str, args, rows: list[dict]) -> None:
     """Save the comparisons as a JSON record (kind ``compare-with-torch``) for the README."""
-    measured.save(path, "compare-with-torch", commit(), device=args.device, threads=args.threads,
+    measured.save(path, "compare-with-torch", commit(), regime(), device=args.device, threads=args.threads,
                   rounds=args.mirrored_rounds, block_time=args.block_time, dtype="float32", comparisons=rows)
 
 

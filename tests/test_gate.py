@@ -13,6 +13,7 @@ import pytest
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate as gate_library
+from benchmarks.core import envelope
 from benchmarks.core.pairing import mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +123,7 @@ def test_an_injected_2x_slowdown_fails_the_gate_and_is_saved(tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     saved = json.load(open(record))
     assert saved["kind"] == "gate" and len(saved["cases"]) == 4
+    assert envelope.problem(saved) is None and saved["commit"] == saved["head"]  # the one envelope
     assert saved["machine"]["cpu_count"] == os.cpu_count() and saved["threads"] >= 1  # the conditions it ran under
     # at least the injected 2x (less the noise); more where the real call was preempted, since the spin lasts
     # as long as the call's elapsed time

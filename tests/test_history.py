@@ -14,6 +14,7 @@ from run_helpers import in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate, history
+from benchmarks.core import envelope
 from benchmarks.core.pairing import mirrored
 from benchmarks.core.records import case_key, write_json_atomic
 
@@ -116,6 +117,7 @@ def test_commits_with_the_same_models_are_timed_once_and_a_history_resumes(repo,
     records = history.measure(commits, made[0], TODO, 0.05, 10, 100, folder, progress=False)
     assert timed == [made[2]]  # only the commit with other models is timed
     assert [r.get("same_as") for r in records] == [made[0], made[0], None, made[2], made[0]]
+    assert envelope.problem(records[1]) is None and records[1]["commit"] == made[1]  # not timed, still enveloped
     assert [r["cases"][0]["ratio"] for r in records] == [1.0, 1.0, 1.2, 1.2, 1.0]
     assert [s["commit"] for s in history.steps(records, 0.05)] == [made[2], made[4]]
     again = history.measure(commits, made[0], TODO, 0.05, 10, 100, folder, progress=False)

@@ -14,6 +14,7 @@ from run_helpers import in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
+from benchmarks.core import envelope
 from benchmarks.core.pairing import mirrored
 from reports import measured
 
@@ -78,6 +79,7 @@ def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path
     assert done.returncode == 0, done.stderr
     saved = json.loads(record.read_text())
     assert saved["kind"] == "pairs" and len(saved["pairs"]) == len(pairs.pairs_of("c1", "quick", "cpu"))
+    assert envelope.problem(saved) is None and saved["regime"]["threads"] >= 1  # the one envelope, the workers' regime
     for p in saved["pairs"]:
         assert p["status"] == "ok" and p["low"] <= p["ratio"] <= p["high"] and p["rounds"] == saved["rounds"]
         assert len(p["round_ratios"]) == p["rounds"] and p["a_s"] > 0 and p["b_s"] > 0
