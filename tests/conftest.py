@@ -2,6 +2,8 @@
 short busy check and the performance model's constants measured quickly, once."""
 
 import atexit
+import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -44,6 +46,25 @@ def _short_busy_check_and_controls():
     """Every test measures as run_helpers.quick_measuring says (the checks themselves are tested as they are)."""
     with quick_measuring():
         yield
+
+
+@pytest.fixture(scope="session")
+def main_job(tmp_path_factory):
+    """The main job as the README runs it (three processes per case, profiles, the paired ratios, the report) on
+    the quick grid's CPU cases, once per test session: (run folder, report folder, exit code, stdout). Its pairs
+    get 3 s instead of 45 (a pair's record and its row in the page need no more), a case in two modes one more
+    process instead of two, and the calibration a 128 GEMM."""
+    from attention_bench.cli import main
+    from benchmarks.core.running import runner
+
+    tmp = tmp_path_factory.mktemp("main-job")
+    run, report, out = str(tmp / "run"), str(tmp / "report"), io.StringIO()
+    with quick_measuring() as mp, contextlib.redirect_stdout(out):
+        mp.setattr(runner, "EXTRA_ROUNDS", 1)
+        mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
+        code = main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine",
+                     "box", "--min-run-time", "0.01", "--pairs-budget", "3", "--no-progress"])
+    return run, report, code, out.getvalue()
 
 
 @pytest.fixture

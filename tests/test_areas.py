@@ -76,9 +76,8 @@ def test_a_new_area_is_one_module_and_a_line_in_the_registry(tmp_path):
     copy = _copy_project(tmp_path / "project")
     shutil.copy(TOY, os.path.join(copy, "benchmarks", "bench_toy.py"))
     run, report = os.path.join(copy, "run"), os.path.join(copy, "report")
-    measure = ["run", "--grid", "quick", "--area", "toy", "--rounds", "1", "--min-run-time", "0.02",
-               "--pairs-budget", "0", "--no-report", "--no-progress", "--out", run, "--machine", "toyvm"]
-    before = _command(copy, *measure)  # the module alone is not an area yet: the registry lists the areas
+    profile = ["profile", "--grid", "quick", "--area", "toy", "--param", "n=128", "--out", run, "--no-progress"]
+    before = _command(copy, *profile)  # the module alone is not an area yet: the registry lists the areas
     assert before.returncode == 2 and "invalid choice: 'toy'" in before.stderr
 
     registry = os.path.join(copy, "benchmarks", "cases.py")
@@ -89,7 +88,10 @@ def test_a_new_area_is_one_module_and_a_line_in_the_registry(tmp_path):
     with open(registry, "w") as f:
         f.write(text)
 
-    done = _command(copy, *measure)
+    profiled = _command(copy, *profile)
+    assert profiled.returncode == 0, profiled.stderr
+    done = _command(copy, "run", "--grid", "quick", "--area", "toy", "--rounds", "1", "--min-run-time", "0.02",
+                    "--pairs-budget", "0", "--no-progress", "--out", run, "--report", report, "--machine", "toyvm")
     assert done.returncode == 0, done.stderr
     records = [json.load(open(os.path.join(run, "cases", f))) for f in sorted(os.listdir(os.path.join(run, "cases")))]
     assert sorted(r["params"]["n"] for r in records) == [64, 128]
@@ -97,11 +99,6 @@ def test_a_new_area_is_one_module_and_a_line_in_the_registry(tmp_path):
         assert r["area"] == "toy" and r["status"] == "ok" and r["tokens"] == r["params"]["n"]
         assert r["matmul_flops"] == 2 * r["params"]["n"] ** 3
 
-    profiled = _command(copy, "profile", "--grid", "quick", "--area", "toy", "--param", "n=128", "--out", run,
-                        "--no-progress")
-    assert profiled.returncode == 0, profiled.stderr
-    built = _command(copy, "report", run, "--report", report)
-    assert built.returncode == 0, built.stderr
     table = pd.read_csv(os.path.join(report, "results.csv"))
     assert set(table[table.metric == "time"].area) == {"toy"}
     page = open(os.path.join(report, "index.html")).read()

@@ -13,26 +13,15 @@ from run_helpers import measure
 from attention_bench.cli import main
 from benchmarks import cases
 from benchmarks.core import records
-from benchmarks.core.hardware import machine
-from benchmarks.core.running import runner as core_runner
 from reports import ranges
 
 
-@pytest.fixture
-def quick_calibration(monkeypatch):
-    monkeypatch.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
-
-
 @pytest.mark.slow
-def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibration, monkeypatch):
-    run, report = str(tmp_path / "run"), str(tmp_path / "report")
-    monkeypatch.setattr(core_runner, "EXTRA_ROUNDS", 1)  # one more process, not two, for a case in two modes
-    # the main job as the README runs it (three processes per case, profiles, the paired ratios), its pairs
-    # given 6 s instead of 45 (a pair's record and its row in the page need no more)
-    assert main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine", "box",
-                 "--min-run-time", "0.01", "--pairs-budget", "6", "--no-progress"]) == 0
+def test_measure_then_build_compare_and_export(tmp_path, capsys, main_job):
+    run, report, code, stdout = main_job  # the main job as the README runs it (conftest)
+    assert code == 0
     assert len(os.listdir(os.path.join(run, "profiles"))) == len(cases.profile_set("quick"))  # profiled too
-    index = capsys.readouterr().out.strip().splitlines()[-1]
+    index = stdout.strip().splitlines()[-1]
     assert index == os.path.abspath(os.path.join(report, "index.html")) and os.path.exists(index)
     assert os.path.exists(os.path.join(report, "results.csv"))
     # every figure the report published is in its range, on an idle machine or a busy one
@@ -42,9 +31,7 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, quick_calibrati
     csv = pd.read_csv(os.path.join(report, "results.csv"))
     assert not [m for m, v in zip(csv.metric, csv.value, strict=True) if ranges.why_out_of_range(m, v)]
 
-    again = str(tmp_path / "again")
-    assert main(["report", run, "--report", again]) == 0
-    page = open(os.path.join(again, "index.html")).read()
+    page = open(index).read()
     assert page.count("<section") == 20 and "trace.json.gz" in page
 
     assert main(["csv", run, "--csv", str(tmp_path / "t.csv")]) == 0

@@ -178,6 +178,8 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
         done = torchrun(ranks, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"{ranks} ranks (gloo): ok 4" in done.stdout
+    again = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
+    assert again.returncode == 0 and "ok 0, skipped 0, failed 0, oom 0, resumed 4" in again.stdout  # resumed
     t = tidy.load([out])
     rows = t[(t.area == "parallel") & (t.metric == "time")]
     assert len(rows) == 8 and set(rows.ranks) == {1, 2} and set(rows.backend) == {"gloo"}
@@ -257,15 +259,6 @@ def test_the_asv_benchmark_spawns_two_ranks_and_tracks_time_and_communication():
     assert tidy.asv_method_metric("track_comm_share") == ("forward", "comm_share")
     names = asv_table._asv_param_names("HeadParallelAttention", asv_table._asv_areas(), 9)
     assert names == HeadParallelAttention.param_names
-
-
-@pytest.mark.slow
-def test_a_rerun_into_the_same_folder_resumes(tmp_path):
-    out = str(tmp_path / "run")
-    first = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
-    assert first.returncode == 0, first.stderr[-2000:]
-    again = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02")
-    assert again.returncode == 0 and "ok 0, skipped 0, failed 0, oom 0, resumed 4" in again.stdout
 
 
 def _worker(launcher: int, local_rank: int) -> int | None:

@@ -15,11 +15,9 @@ import os
 import re
 
 import pytest
-from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, quick_measuring
+from run_helpers import ARTIFACTS, CHROMIUM, chromium_page
 
-from benchmarks.core.profiling import profiler
-from benchmarks.core.running import runner
-from reports import html, tidy
+from reports import html
 from reports.claims import CLAIMS
 
 pytestmark = pytest.mark.slow  # a runner sweep, a report and Chromium
@@ -27,16 +25,13 @@ pytestmark = pytest.mark.slow  # a runner sweep, a report and Chromium
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """A report from a real (short) runner sweep of the quick grid's CPU cases (or ATTENTION_BENCH_REPORT)."""
+def report(request):
+    """The main job's report on the quick grid's CPU cases (conftest's ``main_job``), or ATTENTION_BENCH_REPORT."""
     if os.environ.get("ATTENTION_BENCH_REPORT"):
         return os.environ["ATTENTION_BENCH_REPORT"]
-    tmp = tmp_path_factory.mktemp("report")
-    with quick_measuring():
-        runner.Runner(str(tmp / "run"), min_run_time=0.01).run(runner.plan("quick", devices=["cpu"]), progress=False)
-        profiler.run_set("quick", str(tmp / "run"), cycles=2, progress=False)
-    run = str(tmp / "run")
-    return html.build(tidy.load([run]), str(tmp / "report"), profiles=tidy.load_profiles([run]))
+    run, folder, code, _ = request.getfixturevalue("main_job")
+    assert code == 0
+    return os.path.join(folder, "index.html")
 
 
 def section_keys(report):
