@@ -6,12 +6,15 @@ copies those files from npm's packages (``reports/history_js``: package.json pin
 ``bash scripts/setup.sh --history`` runs ``npm ci`` there) into the site's ``vendor/`` folder and points
 the page at them, so that ``asv preview`` (or any static web server) shows the graphs offline.
 
-    attention-bench site           asv publish, then offline(); prints the site's index.html
+    attention-bench site           the paired histories into asv's results (``asv_paired``), asv publish, then
+                                   offline(); prints the site's index.html
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -19,6 +22,10 @@ import sys
 
 from benchmarks.core import records
 
+from . import asv_paired
+
+#: where ``attention-bench history`` keeps its histories, one folder each
+HISTORIES = os.path.join("results", "history")
 #: where ``npm ci`` puts the packages (package.json next to it pins them)
 MODULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "history_js", "node_modules")
 
@@ -81,23 +88,52 @@ def offline(html_dir: str, modules: str = MODULES) -> list[str]:
     return sorted(rewritten)
 
 
-def html_dir(config: str = "asv.conf.json") -> str:
-    """The ``html_dir`` of an asv configuration (asv's own reader: comments allowed, relative to it)."""
+def _config(config: str):
     from asv import config as asv_config  # optional: a GPU machine that only runs the runner has no asv
 
     if not os.path.isfile(config):
         raise FileNotFoundError(f"no asv configuration at {os.path.abspath(config)!r}: run this in the project's "
                                 "root, or pass --config")
-    conf = asv_config.Config.load(config)
-    return os.path.join(os.path.dirname(os.path.abspath(config)), conf.html_dir)
+    return asv_config.Config.load(config)
+
+
+def html_dir(config: str = "asv.conf.json") -> str:
+    """The ``html_dir`` of an asv configuration (asv's own reader: comments allowed, relative to it)."""
+    return os.path.join(os.path.dirname(os.path.abspath(config)), _config(config).html_dir)
+
+
+def results_dir(config: str = "asv.conf.json") -> str:
+    """The ``results_dir`` of an asv configuration."""
+    return os.path.join(os.path.dirname(os.path.abspath(config)), _config(config).results_dir)
+
+
+def asv_machine() -> str:
+    """asv's name for this machine: the one machine in ``~/.asv-machine.json`` (``asv machine``), else the
+    hostname (asv's default)."""
+    try:
+        with open(os.path.expanduser("~/.asv-machine.json")) as f:
+            names = [k for k in json.load(f) if k != "version"]
+    except (OSError, ValueError):
+        names = []
+    return names[0] if len(names) == 1 else platform.node()
 
 
 class PublishFailed(RuntimeError):
     """``asv publish`` exited with an error (it has said why)."""
 
 
-def publish(config: str = "asv.conf.json", modules: str = MODULES) -> str:
-    """``asv publish`` with ``config``, then ``offline``; returns the site's index.html."""
+def publish(config: str = "asv.conf.json", modules: str = MODULES, histories: list[str] | None = None,
+            machine: str | None = None) -> str:
+    """The paired histories in ``histories`` (default: every folder in HISTORIES) written as asv results of
+    ``machine`` (default: asv's name for this machine), ``asv publish`` with ``config``, then ``offline``;
+    returns the site's index.html. ValueError naming a history folder that does not exist."""
+    if histories is None:
+        histories = [os.path.join(HISTORIES, d) for d in sorted(os.listdir(HISTORIES))] if os.path.isdir(
+            HISTORIES) else []
+    for folder in histories:
+        if not os.path.isdir(folder):
+            raise ValueError(f"--history {folder!r}: no such folder (attention-bench history makes one)")
+        asv_paired.write(asv_paired.load_history(folder), results_dir(config), machine or asv_machine())
     site = html_dir(config)
     done = subprocess.run([sys.executable, "-m", "asv", "publish", "--config", config], stdout=sys.stderr)  # progress
     if done.returncode:

@@ -1,6 +1,7 @@
-"""asv's history site opens offline: ``attention-bench site`` publishes results of two commits of a copy
-of this project, and headless Chromium, served the site from localhost with every other host unreachable,
-draws a benchmark's graph with both commits on it and reports no error and no failed request.
+"""asv's history site opens offline: ``attention-bench site`` publishes asv's results of two commits of a copy
+of this project and a paired history of the same two commits, and headless Chromium, served the site from
+localhost with every other host unreachable, draws asv's graph and the paired graph with both commits on each and
+reports no error and no failed request.
 
 .ci/run sets ATTENTION_BENCH_REQUIRE_BROWSER=1, so there a missing browser or missing npm packages fail
 instead of skipping."""
@@ -25,6 +26,24 @@ pytestmark = pytest.mark.slow  # two asv runs, asv publish and Chromium
 
 REQUIRED = os.environ.get("ATTENTION_BENCH_REQUIRE_BROWSER") == "1"
 BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
+#: the same class's paired history (reports.asv_paired)
+PAIRED = "bench_layers.SelfAttentionVsRecurrentLayer.track_vs_reference_forward"
+
+
+def paired_history(folder, commits):
+    """A paired history of the layers area's CPU cases over ``commits`` (the first the reference): the second
+    commit's cases 10% slower, each with an interval, as ``attention-bench history`` records them."""
+    from benchmarks import cases
+    from benchmarks.core.records import case_key
+
+    os.makedirs(folder)
+    for i, commit in enumerate(commits):
+        rows = [{"area": "layers", "method": "forward", "params": p, "case": case_key("layers", "forward", p),
+                 "ratio": 1.0 + 0.1 * i, "low": 1.0 + 0.09 * i, "high": 1.0 + 0.11 * i, "rounds": 12}
+                for p in cases.select("layers", "quick", device="cpu")]
+        with open(os.path.join(folder, f"{commit}.json"), "w") as f:
+            json.dump({"kind": "history", "status": "ok", "commit": commit, "reference": commits[0],
+                       "generated": "2026-12-05T10:00:00+00:00", "cases": rows}, f)
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +65,19 @@ def site(tmp_path_factory):
                    capture_output=True)
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"], ["branch", "-M", "main"]):
         subprocess.run(git + cmd, cwd=project, check=True, capture_output=True)
+    shas = []
     for second in (False, True):
         if second:
             subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "second"], cwd=project, check=True)
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+        shas.append(sha)
         done = subprocess.run(asv + ["run", "-E", f"existing:{sys.executable}", "--quick", "--machine", "box",
                                      "--bench", BENCHMARK, "--set-commit-hash", sha],
                               cwd=project, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run([sys.executable, "-m", "attention_bench", "site"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=600)
+    paired_history(project / "results" / "history" / f"{shas[0][:8]}-quick", shas)  # where history writes it
+    done = subprocess.run([sys.executable, "-m", "attention_bench", "site", "--machine", "box"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     index = done.stdout.splitlines()[0]
     assert index == str(project / ".asv" / "html" / "index.html")
@@ -81,7 +103,7 @@ def test_a_library_it_does_not_know_is_named(tmp_path):
 
 
 @pytest.mark.skipif(not CHROMIUM and not REQUIRED, reason="no chromium on this machine (apt-get install chromium)")
-def test_the_site_draws_a_graph_offline_in_headless_chromium(site):
+def test_the_site_draws_asvs_and_the_paired_graph_offline_in_headless_chromium(site):
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM, "ATTENTION_BENCH_REQUIRE_BROWSER=1 but chromium is not installed"
@@ -92,28 +114,35 @@ def test_the_site_draws_a_graph_offline_in_headless_chromium(site):
     errors, remote = [], []
     try:
         with sync_playwright() as p:
-            browser, page = chromium_page(p, errors)
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
-                       else (remote.append(route.request.url), route.abort()))
-            page.goto(base + "index.html#" + BENCHMARK, wait_until="networkidle")
-            page.wait_for_selector("#graph-display canvas.flot-base", timeout=30_000)
-            drawn = page.evaluate(
-                "(() => { const c = document.querySelector('#graph-display canvas.flot-base'); "
-                "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; "
-                "for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return [c.width, c.height, n]; })()")
-            ticks = page.evaluate("Array.from(document.querySelectorAll('#graph-display .flot-y-axis "
-                                  ".flot-tick-label')).map(e => e.textContent)")
-            os.makedirs(ARTIFACTS, exist_ok=True)
-            page.screenshot(path=os.path.join(ARTIFACTS, "history-graph.png"))
-            url = page.url
-            browser.close()
+            seen = {}
+            for name, shot in ((BENCHMARK, "history-graph.png"), (PAIRED, "history-paired-graph.png")):
+                browser, page = chromium_page(p, errors)  # a page of its own: asv draws the hash's graph on load
+                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                           else (remote.append(route.request.url), route.abort()))
+                page.goto(base + "index.html#" + name, wait_until="networkidle")
+                page.wait_for_selector("#graph-display canvas.flot-base", timeout=30_000)
+                drawn = page.evaluate(
+                    "(() => { const c = document.querySelector('#graph-display canvas.flot-base'); "
+                    "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; "
+                    "for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return [c.width, c.height, n]; })()")
+                ticks = page.evaluate("Array.from(document.querySelectorAll('#graph-display .flot-y-axis "
+                                      ".flot-tick-label')).map(e => e.textContent)")
+                os.makedirs(ARTIFACTS, exist_ok=True)
+                page.screenshot(path=os.path.join(ARTIFACTS, shot))
+                seen[name] = (drawn, ticks, page.url)
+                browser.close()
     finally:
         server.shutdown()
     assert not remote, remote  # nothing asked of another host
     assert not errors, errors
-    assert "error.html" not in url  # asv's "continental origin of swallow" page
-    width, height, painted = drawn
-    assert width > 300 and height > 100 and painted > 500, drawn  # axes and the line are drawn
-    assert ticks and all(t.strip() for t in ticks), ticks  # flot's axis labels, drawn as text
-    graphs = glob.glob(os.path.join(site, "graphs", "**", BENCHMARK + ".json"), recursive=True)
-    assert graphs and all(len(json.load(open(g))) == 2 for g in graphs), graphs  # both commits on the graph
+    for name, ((width, height, painted), ticks, url) in seen.items():
+        assert "error.html" not in url and name in url  # not asv's "continental origin of swallow" page
+        assert width > 300 and height > 100 and painted > 500, (name, width, height, painted)  # axes and line drawn
+        assert ticks and all(t.strip() for t in ticks), ticks  # flot's axis labels, drawn as text
+        graphs = glob.glob(os.path.join(site, "graphs", "**", name + ".json"), recursive=True)
+        assert graphs and all(len(json.load(open(g))) == 2 for g in graphs), graphs  # both commits on the graph
+    paired = [json.load(open(g)) for g in glob.glob(os.path.join(site, "graphs", "**", PAIRED + ".json"),
+                                                   recursive=True)]
+    # the second commit 10% slower in every graph (one per parameter combination, and one of them all)
+    last = [v for g in paired for v in (g[-1][1] if isinstance(g[-1][1], list) else [g[-1][1]])]
+    assert paired and last == pytest.approx([1.1] * len(last)), paired

@@ -1,0 +1,63 @@
+"""A paired history as asv results: each timed case's ratio to the reference and its interval, where asv reads
+them (its own Results reader), beside the area's asv class, and benchmarks.json merged rather than replaced."""
+
+import json
+import os
+
+import pytest
+from asv.results import Results
+
+from benchmarks import cases
+from reports import asv_paired
+
+REFERENCE, LATER = "a" * 40, "b" * 40
+
+
+def history_record(commit, ratio, cases_, reference=REFERENCE):
+    rows = [{"area": "layers", "method": "forward", "params": p, "case": str(p), "ratio": ratio * (1 + i / 100),
+             "low": ratio * (1 + i / 100) - 0.01, "high": ratio * (1 + i / 100) + 0.02, "rounds": 12}
+            for i, p in enumerate(cases_)]
+    return {"kind": "history", "status": "ok", "commit": commit, "reference": reference,
+            "generated": "2026-12-05T10:00:00+00:00", "cases": rows}
+
+
+@pytest.fixture
+def timed():
+    return cases.select("layers", "quick", device="cpu")
+
+
+def test_the_history_becomes_asv_results_beside_the_areas_class(tmp_path, timed):
+    results = str(tmp_path / "results")
+    os.makedirs(results)
+    (tmp_path / "results" / "benchmarks.json").write_text(json.dumps({"version": 2, "x.Y.time_forward": {"a": 1}}))
+    records = [history_record(REFERENCE, 1.0, timed), {"kind": "history", "status": "no models", "commit": "c" * 40},
+               history_record(LATER, 1.1, timed)]
+    written = asv_paired.write(records, results, "box")
+    assert len(written) == 2 and all(os.path.exists(w) for w in written)
+    name = "bench_layers.SelfAttentionVsRecurrentLayer.track_vs_reference_forward"
+    defined = json.loads((tmp_path / "results" / "benchmarks.json").read_text())
+    assert defined["x.Y.time_forward"] == {"a": 1}  # merged, not replaced
+    assert defined[name]["type"] == "track" and defined[name]["param_names"] == list(cases.axes("layers", "quick"))
+    later = Results.load(next(w for w in written if LATER[:8] in os.path.basename(w)))
+    params = defined[name]["params"]
+    values, stats = later.get_result_value(name, params), later.get_result_stats(name, params)
+    assert len(values) == len(timed) and values == pytest.approx([1.1 * (1 + i / 100) for i in range(len(timed))])
+    assert all(s["ci_99_a"] == pytest.approx(v - 0.01) and s["ci_99_b"] == pytest.approx(v + 0.02)
+               for v, s in zip(values, stats, strict=True))
+    assert later.env_name == f"paired-{REFERENCE[:8]}" and later.params["machine"] == "box"
+    assert os.path.exists(tmp_path / "results" / "box" / "machine.json")
+
+
+def test_untimed_parameters_are_missing_values_and_one_reference_is_required(tmp_path, timed):
+    results = str(tmp_path / "results")
+    records = [history_record(REFERENCE, 1.0, timed), history_record(LATER, 1.05, timed[:1])]
+    written = asv_paired.write(records, results, "box")
+    later = Results.load(next(w for w in written if LATER[:8] in os.path.basename(w)))
+    name = "bench_layers.SelfAttentionVsRecurrentLayer.track_vs_reference_forward"
+    params = json.load(open(os.path.join(results, "benchmarks.json")))[name]["params"]
+    values = later.get_result_value(name, params)
+    assert values[0] == pytest.approx(1.05) and all(v != v or v is None for v in values[1:])
+    with pytest.raises(ValueError, match="name one reference commit"):
+        asv_paired.write([history_record(REFERENCE, 1.0, timed), history_record(LATER, 1.0, timed, "d" * 40)],
+                         results, "box")
+    assert asv_paired.write([{"kind": "history", "status": "no models", "commit": "c" * 40}], results, "box") == []
