@@ -191,9 +191,9 @@ def print_measured(args: argparse.Namespace) -> int:
 
 def add_site(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
-    p.add_argument("--history", metavar="FOLDER", action="append",
-                   help="a paired history's folder (attention-bench history) to draw beside asv's own graphs "
-                        f"(repeatable; default: every folder in {asv_site.HISTORIES})")
+    p.add_argument("histories", metavar="HISTORY", nargs="*",
+                   help="a paired history's folder (attention-bench history --history) to draw beside asv's own "
+                        f"graphs (default: every folder in {asv_site.HISTORIES})")
     options.add(p, "--machine")
 
 
@@ -201,7 +201,7 @@ def site(args: argparse.Namespace) -> int:
     """asv's history site (asv publish) with the paired histories' graphs beside asv's own, and the JavaScript it
     loads served from the site: it opens offline."""
     try:
-        path = asv_site.publish(args.config, histories=args.history, machine=args.machine)
+        path = asv_site.publish(args.config, histories=args.histories or None, machine=args.machine)
     except asv_site.PublishFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -132,7 +132,7 @@ def publish(config: str = "asv.conf.json", modules: str = MODULES, histories: li
             HISTORIES) else []
     for folder in histories:
         if not os.path.isdir(folder):
-            raise ValueError(f"--history {folder!r}: no such folder (attention-bench history makes one)")
+            raise ValueError(f"history {folder!r}: no such folder (attention-bench history makes one)")
         asv_paired.write(asv_paired.load_history(folder), results_dir(config), machine or asv_machine())
     site = html_dir(config)
     done = subprocess.run([sys.executable, "-m", "asv", "publish", "--config", config], stdout=sys.stderr)  # progress
