@@ -107,10 +107,15 @@ class Gate(MirroredRounds):
         self.base, self.head = base, head
 
 
-def run(gate: Gate, threshold: float, budget: float, progress: bool) -> tuple[int, bool]:
-    """Rounds until every case is decided (after MIN_ROUNDS) or the budget is spent: (rounds, decided)."""
+def run(gate: Gate, threshold: float, budget: float, progress: bool, precision: float | None = None
+        ) -> tuple[int, bool]:
+    """Rounds until every case is decided (after MIN_ROUNDS) or the budget is spent: (rounds, decided). Decided:
+    a verdict against ``threshold``; with ``precision``, an interval no wider than that (high / low - 1), which a
+    history needs to tell one commit's ratio from the next's, whatever the verdict."""
 
     def decided(estimates) -> bool:
+        if precision is not None:
+            return all(e.high / e.low - 1 <= precision for e in estimates if e is not None)
         return all(e.verdict(threshold) != "inconclusive" for e in estimates if e is not None)
 
     def say(r, estimates, seconds):
@@ -195,10 +200,11 @@ def check(base: str, head: str, threshold: float, record: str | None) -> tuple[s
 
 
 def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: float, budget: float, record: str,
-            progress: bool = True) -> tuple[list[dict], BaseException | None]:
-    """Time ``todo`` on both sides until every case is decided or ``budget`` seconds are spent; print one row
-    per case, save the record (kind ``gate``) atomically at ``record`` whatever stopped it, and return the
-    rows and what stopped it early (a dead worker, Ctrl-C) or None."""
+            progress: bool = True, precision: float | None = None) -> tuple[list[dict], BaseException | None]:
+    """Time ``todo`` on both sides until every case is decided (``run``: a verdict, or with ``precision`` an
+    interval that narrow) or ``budget`` seconds are spent; print one row per case, save the record (kind
+    ``gate``) atomically at ``record`` whatever stopped it, and return the rows and what stopped it early (a dead
+    worker, Ctrl-C) or None."""
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
         base_models = export(base, os.path.join(tmp, "base"))
         head_models = ROOT if head == TREE else export(head, os.path.join(tmp, "head"))
@@ -210,7 +216,7 @@ def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: 
         stopped: BaseException | None = None
         try:
             gate.start()
-            rounds, decided = run(gate, threshold, budget, progress)
+            rounds, decided = run(gate, threshold, budget, progress, precision)
         except (WorkerDied, KeyboardInterrupt) as error:  # what was decided so far is kept and said
             stopped, rounds, decided = error, gate.measured_rounds(), False
         finally:

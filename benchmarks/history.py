@@ -4,9 +4,10 @@
 
 For each commit of a range (oldest first), every selected case runs in two workers, one with the reference's
 models and one with the commit's, in mirrored blocks (the gate's measurement, ``benchmarks.gate.compare``): a
-ratio commit/reference per case with its 95% interval. Against one reference, not a chain of neighbours, so
-that errors do not add up along the history. A commit whose ``transformer/`` is the same tree as one already
-timed is recorded as the same models (``same_as``), not timed again. One record per commit
+ratio commit/reference per case with its 95% interval, timed until every interval is no wider than the threshold
+(what telling one commit from the next needs) or the commit's budget is spent. Against one reference, not a
+chain of neighbours, so that errors do not add up along the history. A commit whose ``transformer/`` is the same
+tree as one already timed is recorded as the same models (``same_as``), not timed again. One record per commit
 (``<folder>/<commit>.json``, kind ``history``), written atomically when the commit is done: an interrupted
 history resumes at the commit it stopped in. A step: a case whose ratio moved from the previous commit's by more
 than the threshold, with the two intervals apart.
@@ -102,7 +103,8 @@ def measure(history: list[str], reference: str, todo: list[tuple[str, dict, str]
                     print(f"the history's budget ({total_budget:g} s) is spent at commit {commit[:8]}: run the same "
                           "command again to go on", file=sys.stderr)
                     break
-                rows, stopped = gate.compare(reference, commit, todo, threshold, min(budget, left), path, progress)
+                rows, stopped = gate.compare(reference, commit, todo, threshold, min(budget, left), path, progress,
+                                             precision=threshold)
                 if isinstance(stopped, KeyboardInterrupt):
                     os.remove(path)  # this commit is timed again on resume
                     raise stopped

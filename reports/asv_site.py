@@ -128,8 +128,8 @@ def publish(config: str = "asv.conf.json", modules: str = MODULES, histories: li
     ``machine`` (default: asv's name for this machine), ``asv publish`` with ``config``, then ``offline``;
     returns the site's index.html. ValueError naming a history folder that does not exist."""
     if histories is None:
-        histories = [os.path.join(HISTORIES, d) for d in sorted(os.listdir(HISTORIES))] if os.path.isdir(
-            HISTORIES) else []
+        found = [os.path.join(HISTORIES, d) for d in sorted(os.listdir(HISTORIES))] if os.path.isdir(HISTORIES) else []
+        histories = [f for f in found if os.path.isdir(f)]  # the folders: a history is a folder of records
     for folder in histories:
         if not os.path.isdir(folder):
             raise ValueError(f"history {folder!r}: no such folder (attention-bench history makes one)")

@@ -181,7 +181,12 @@ def _gate_sensitivity(record: dict, name: str, only: list[str] | None, link: str
     table = sensitivity.table(record)
     table["method"] = "`" + table["method"] + "`"
     return [f"From the saved run [`{name}`]({link}) (`scripts/gate_sensitivity.py`; {sensitivity.caption(record)}):",
-            "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns),
+            "", *_markdown(table)]
+
+
+def _markdown(table) -> list[str]:
+    """A pandas table as Markdown's rows."""
+    return ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns),
             *("| " + " | ".join(map(str, row)) + " |" for row in table.itertuples(index=False))]
 
 
@@ -273,9 +278,17 @@ def _regime(record: dict, name: str, only: list[str] | None, link: str) -> list[
     return lines[:-1]
 
 
+def _history_vs_asv(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
+    if only == ["summary"]:
+        return sensitivity.history_summary(record, name, link)
+    table = sensitivity.history_table(record)
+    caption = sensitivity.history_caption(record)
+    return [f"From the saved run [`{name}`]({link}) (`scripts/history_vs_asv.py`; {caption}):", "", *_markdown(table)]
+
+
 RENDER = {"report": _report, "prediction": _prediction, "regression-check": _regression_check,
           "compare-with-torch": _compare_with_torch, "reproducibility": _reproducibility, "regime": _regime,
-          "gate": _gate, "gate-sensitivity": _gate_sensitivity, "pairs": _pairs}
+          "gate": _gate, "gate-sensitivity": _gate_sensitivity, "pairs": _pairs, "history-vs-asv": _history_vs_asv}
 
 
 def readme_blocks(readme: str) -> list[tuple[str, list[str] | None, str]]:

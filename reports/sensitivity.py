@@ -108,3 +108,77 @@ def latest(patterns=RECORDS) -> tuple[str, dict] | None:
                 continue
             found.append((record.get("generated", ""), path, record))
     return max(found, key=lambda f: f[0])[1:] if found else None
+
+
+# -- a synthetic history timed paired and by asv (scripts/history_vs_asv.py) ---------------------------------
+
+#: where the report looks for the latest history-vs-asv record
+HISTORY_RECORDS = (os.path.join("results", "history", "history-vs-asv.json"),
+                   os.path.join("docs", "measured", "*history-vs-asv*.json"))
+
+
+def _named(score: dict, step: str) -> str:
+    share = next((v for k, v in score["found"].items() if k.startswith(step + " ")), None)
+    return "-" if share is None else f"{share:.0%}"
+
+
+def history_table(record: dict) -> pd.DataFrame:
+    """Per method (the paired history, asv's step detection, asv's regressions list): the share of the cases that
+    name each true step, the false steps named, and what it took."""
+    rows, results = [], record["results"]
+    paired = results.get("paired", {})
+    per_commit = [s for s in paired.get("seconds_per_timed_commit", []) if s]
+    took = {"paired": f"{paired.get('seconds', 0) / 60:.1f} min" + (
+        f", {statistics.median(per_commit):.0f} s a timed commit" if per_commit else ""),
+        "asv": f"{results['asv']['seconds'] / 60:.1f} min" if "asv" in results else "-"}
+    names = {"paired": f"`attention-bench history` (paired; threshold {record['threshold']:.0%})",
+             "asv": f"`asv run {record['asv_setting']}`: asv's step detection",
+             "asv regressions list": f"`asv run`: asv's regressions list ({record['asv_regression_threshold']:.0%})"}
+    for key in _score_order(record):
+        score = record["scores"][key]
+        rows.append({"method": names.get(key, key), "cases": score["cases"],
+                     "10% slowdown at commit 4: named in": _named(score, "4"),
+                     "5% speed-up at commit 8: named in": "- (lists slowdowns only)" if key == "asv regressions list"
+                     else _named(score, "8"),
+                     "false steps": len(score["false_steps"]), "time": took["asv" if key.startswith("asv") else key]})
+    return pd.DataFrame(rows)
+
+
+def history_summary(record: dict, name: str, link: str) -> list[str]:
+    """One paragraph: the share of the cases in which each method named the two true steps, and its false steps."""
+    table = history_table(record)
+    short = {"paired": "`attention-bench history`", "asv": "asv's step detection",
+             "asv regressions list": "asv's regressions list"}
+    said = [f"{short.get(key, key)} {row.iloc[2]}" + ("" if row.iloc[3].startswith("-") else f" and {row.iloc[3]}")
+            + f", {row['false steps']} false" for key, (_, row) in zip(_score_order(record), table.iterrows(),
+                                                                       strict=True)]
+    paired = record["results"].get("paired", {}).get("seconds_per_timed_commit") or [0]
+    return [f"On a synthetic ten-commit history ([`{name}`]({link}), {machine_line(record['machine'])}; equation "
+            f"(1)'s {record['cases']} CPU forward cases, 10% slower at commit 4, 5% faster at commit 8), the share of "
+            "the cases naming each step: " + "; ".join(said) + f" ({statistics.median(paired):.0f} s a commit paired)."]
+
+
+def _score_order(record: dict) -> list[str]:
+    order = ["paired", "asv", "asv regressions list"]
+    return sorted(record["scores"], key=lambda k: order.index(k) if k in order else 9)
+
+
+def history_caption(record: dict) -> str:
+    return (f"{machine_line(record['machine'])}, {record['generated'][:16]}, commit {short_commit(record['commit'])}: "
+            f"ten commits of equation (1)'s module, a 10% slowdown at commit 4 and a 5% speed-up at commit 8 (a spin "
+            f"for a share of each call's own time), the others changing only a comment; the attention area's "
+            f"{record['cases']} CPU forward cases; the history's budget {record['budget_s']:g} s a commit")
+
+
+def latest_history(patterns=HISTORY_RECORDS) -> tuple[str, dict] | None:
+    """The newest readable history-vs-asv record among ``patterns``: (path, record)."""
+    found = []
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                record = read_json(path)
+            except (OSError, ValueError):
+                continue
+            if record.get("kind") == "history-vs-asv" and isinstance(record.get("scores"), dict):
+                found.append((record.get("generated", ""), path, record))
+    return max(found, key=lambda f: f[0])[1:] if found else None

@@ -61,3 +61,39 @@ def test_untimed_parameters_are_missing_values_and_one_reference_is_required(tmp
         asv_paired.write([history_record(REFERENCE, 1.0, timed), history_record(LATER, 1.0, timed, "d" * 40)],
                          results, "box")
     assert asv_paired.write([{"kind": "history", "status": "no models", "commit": "c" * 40}], results, "box") == []
+
+
+def history_vs_asv_record():
+    steps = {"paired": {"cases": 8, "found": {"4 (up)": 1.0, "8 (down)": 0.75}, "false_steps": []},
+             "asv": {"cases": 8, "found": {"4 (up)": 0.5, "8 (down)": 0.25}, "false_steps": [["c", 2], ["d", 6]]},
+             "asv regressions list": {"cases": 8, "found": {"4 (up)": 0.375, "8 (down)": 0.0},
+                                      "false_steps": [["c", 2]]}}
+    return {"kind": "history-vs-asv", "generated": "2026-12-06T01:00:00+00:00", "commit": "f" * 40,
+            "machine": {"cpu_model": "AMD EPYC", "cpu_count": 2, "torch": "2.13.0+cpu"}, "regime": None,
+            "threshold": 0.03, "budget_s": 60, "asv_setting": "-a rounds=4 --interleave-rounds",
+            "asv_regression_threshold": 0.05, "cases": 8, "scores": steps,
+            "results": {"paired": {"seconds": 540, "seconds_per_timed_commit": [50, 62, 58]}, "asv": {"seconds": 720}}}
+
+
+def test_the_history_against_asv_renders_what_each_named():
+    from reports import measured, sensitivity
+
+    table = sensitivity.history_table(history_vs_asv_record())
+    assert list(table["10% slowdown at commit 4: named in"]) == ["100%", "50%", "38%"]
+    assert list(table["5% speed-up at commit 8: named in"]) == ["75%", "25%", "- (lists slowdowns only)"]
+    assert list(table["false steps"]) == [0, 2, 1] and table["time"][0] == "9.0 min, 58 s a timed commit"
+    summary = measured.markdown(history_vs_asv_record(), "docs/measured/x-history-vs-asv.json", ["summary"])
+    assert ("`attention-bench history` 100% and 75%, 0 false; asv's step detection 50% and 25%, 2 false; asv's "
+            "regressions list 38%, 1 false (58 s a commit paired)") in summary
+
+
+def test_the_report_shows_the_newest_history_against_asv(tmp_path):
+    from reports import sensitivity
+
+    older, newer = history_vs_asv_record(), {**history_vs_asv_record(), "generated": "2026-12-07T01:00:00+00:00"}
+    for name, record in (("a-history-vs-asv.json", newer), ("b-history-vs-asv.json", older)):
+        (tmp_path / name).write_text(json.dumps(record))
+    (tmp_path / "c-history-vs-asv.json").write_text("{not json")
+    path, record = sensitivity.latest_history([str(tmp_path / "*history-vs-asv*.json")])
+    assert path.endswith("a-history-vs-asv.json") and record["generated"].startswith("2026-12-07")
+    assert sensitivity.latest_history([str(tmp_path / "none*.json")]) is None

@@ -98,7 +98,7 @@ TODO = [("attention", {"seq_len": 128, "backend": "sdpa"}, "forward")]
 
 
 def fake_compare(timed: list, ratio: float = 1.2, stop_at: str | None = None):
-    def compare(base, head, todo, threshold, budget, path, progress=True):
+    def compare(base, head, todo, threshold, budget, path, progress=True, precision=None):
         timed.append(head)
         rows = [{"case": case_key(a, m, p), "ratio": ratio, "low": ratio - 0.01, "high": ratio + 0.01,
                  "verdict": "slower"} for a, p, m in todo]
@@ -174,3 +174,24 @@ def test_bad_input_is_named(repo, tmp_path, capsys):
         history.commits(None, str(tmp_path / "list"))
     code, err = in_process(capsys, "history", "--threshold", "2", f"{made[0]}..{made[-1]}")
     assert code == 2 and "--threshold 2.0: give a fraction between 0 and 1" in err
+
+
+def test_a_history_times_until_its_intervals_are_narrow_not_until_a_verdict():
+    """The gate stops at a verdict; a history needs intervals narrow enough to tell one commit from the next."""
+    from benchmarks.core.pairing.mirrored import Estimate
+
+    class Timed:  # what gate.run asks of a Gate: its rounds, then its estimates
+        def __init__(self, estimates):
+            self.estimates_now = estimates
+
+        def run(self, decided, *args):
+            return 7
+
+        def estimates(self):
+            return self.estimates_now
+
+    wide = [Estimate(1.10, 1.06, 1.15, 30), None]  # slower than 3% for sure, yet 8.5% wide
+    narrow = [Estimate(1.10, 1.09, 1.115, 60), None]
+    assert gate.run(Timed(wide), 0.03, 10, False) == (7, True)
+    assert gate.run(Timed(wide), 0.03, 10, False, precision=0.03) == (7, False)
+    assert gate.run(Timed(narrow), 0.03, 10, False, precision=0.03) == (7, True)
