@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 
 from benchmarks.core import guards, records
-from reports import asv_site, claims, columns, html, measured, predict, publish, ranges, reproduce, tidy
+from reports import asv_paired, asv_site, claims, columns, html, measured, predict, publish, ranges, reproduce, tidy
 from reports.analyses import hardware, noise
 from reports.analyses.runs import one_machine_per_run
 from reports.html import MISSING, displayable
@@ -193,7 +193,7 @@ def add_site(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
     p.add_argument("histories", metavar="HISTORY", nargs="*",
                    help="a paired history's folder (attention-bench history --history) to draw beside asv's own "
-                        f"graphs (default: every folder in {asv_site.HISTORIES})")
+                        f"graphs (default: every folder in {asv_paired.HISTORIES})")
     options.add(p, "--machine")
 
 

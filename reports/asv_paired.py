@@ -17,10 +17,14 @@ import itertools
 import os
 import platform
 
+import pandas as pd
+
 from benchmarks import cases, gate
 from benchmarks.core import envelope
 from benchmarks.core.records import UnreadableRecord, read_json, write_json_atomic
 
+#: where ``attention-bench history`` keeps its histories, one folder each
+HISTORIES = os.path.join("results", "history")
 PREFIX = "track_vs_reference_"
 #: what asv's graphs label the values with
 UNIT = "time / reference's"
@@ -144,8 +148,33 @@ def _date(record: dict) -> int:
         return int(dt.datetime.fromisoformat(made).timestamp() * 1000) if made else 0
 
 
+def folders(root: str = HISTORIES) -> list[str]:
+    """The history folders under ``root`` (a history is a folder of records; other files there are not)."""
+    found = [os.path.join(root, d) for d in sorted(os.listdir(root))] if os.path.isdir(root) else []
+    return [f for f in found if os.path.isdir(f)]
+
+
+def steps_table(folders: list[str]) -> pd.DataFrame:
+    """The steps of every paired history in ``folders`` (``history.steps`` at each history's own threshold): the
+    history, the commit, the one before it, the case, and the change with its bounds."""
+    from benchmarks import history
+
+    rows = []
+    for folder in folders:
+        records = load_history(folder)
+        threshold = next((r["threshold"] for r in records if r.get("threshold") is not None), None)
+        if threshold is None:
+            continue
+        for s in history.steps(records, threshold):
+            rows.append({"history": os.path.basename(os.path.normpath(folder)), "commit": s["commit"][:8],
+                         "after": s["previous"][:8], "case": s["case"], "change": f"{s['change']:.3f}",
+                         "95% bounds": f"{s['low']:.3f}-{s['high']:.3f}", "threshold": f"{threshold:.0%}"})
+    return pd.DataFrame(rows)
+
+
 def load_history(folder: str) -> list[dict]:
-    """The history records (kind ``history``) in ``folder``; files that are not one are passed over."""
+    """The history records (kind ``history``) in ``folder``, in the order they were timed (a history times its
+    commits oldest first); files that are not one are passed over."""
     out = []
     for name in sorted(os.listdir(folder)):
         if name.endswith(".json"):
@@ -155,4 +184,4 @@ def load_history(folder: str) -> list[dict]:
                 continue
             if record.get("kind") == "history":
                 out.append(record)
-    return out
+    return sorted(out, key=lambda r: envelope.when(r))

@@ -24,8 +24,6 @@ from benchmarks.core import records
 
 from . import asv_paired
 
-#: where ``attention-bench history`` keeps its histories, one folder each
-HISTORIES = os.path.join("results", "history")
 #: where ``npm ci`` puts the packages (package.json next to it pins them)
 MODULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "history_js", "node_modules")
 
@@ -124,13 +122,10 @@ class PublishFailed(RuntimeError):
 
 def publish(config: str = "asv.conf.json", modules: str = MODULES, histories: list[str] | None = None,
             machine: str | None = None) -> str:
-    """The paired histories in ``histories`` (default: every folder in HISTORIES) written as asv results of
+    """The paired histories in ``histories`` (default: ``asv_paired.folders()``) written as asv results of
     ``machine`` (default: asv's name for this machine), ``asv publish`` with ``config``, then ``offline``;
     returns the site's index.html. ValueError naming a history folder that does not exist."""
-    if histories is None:
-        found = [os.path.join(HISTORIES, d) for d in sorted(os.listdir(HISTORIES))] if os.path.isdir(HISTORIES) else []
-        histories = [f for f in found if os.path.isdir(f)]  # the folders: a history is a folder of records
-    for folder in histories:
+    for folder in asv_paired.folders() if histories is None else histories:
         if not os.path.isdir(folder):
             raise ValueError(f"history {folder!r}: no such folder (attention-bench history makes one)")
         asv_paired.write(asv_paired.load_history(folder), results_dir(config), machine or asv_machine())

@@ -199,13 +199,13 @@ def describe(out: str) -> str | None:
 def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html: str | None = None,
           profiles: list[dict] | None = None, pairs: list[dict] | None = None, inputs: list[str] | None = None,
           extra: dict | None = None, gate: tuple[str, pd.DataFrame] | None = None,
-          history: tuple[str, pd.DataFrame] | None = None) -> str:
+          history: tuple[str, pd.DataFrame] | None = None, steps: pd.DataFrame | None = None) -> str:
     """Write the report for ``table`` as folder ``out``, whole or not at all; returns the path of index.html.
     ``profiles``: profile records (``benchmarks.core.profiling.profiler.load``, each with the ``root`` folder it
     was read from); ``pairs``: paired-ratio records (``reports.tidy.load_pairs``); ``inputs``: the result
     folders it was read from, recorded in ``report.json``, with ``extra``'s fields (``compare``: the runs'
     agreement); ``gate`` and ``history``: what a regression check and a paired history see on this machine against
-    asv (caption, table), shown with the history.
+    asv (caption, table), shown with the history; ``steps``: the steps of this machine's paired histories.
     The page is built in a folder beside ``out`` and swapped in once complete: if building fails (a full disk,
     say), the report that was in ``out`` stays as it was and the partial one is removed.
     """
@@ -217,7 +217,7 @@ def build(table: pd.DataFrame, out: str, *, machine: str | None = None, asv_html
     os.makedirs(staging)
     try:
         _write(table, staging, machine=machine, asv_html=asv_html, profiles=profiles, pairs=pairs, inputs=inputs,
-               extra=extra, gate=gate, history=history)
+               extra=extra, gate=gate, history=history, steps=steps)
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -243,7 +243,8 @@ def _swap(staging: str, out: str) -> None:
 
 def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str | None, profiles: list[dict] | None,
            pairs: list[dict] | None, inputs: list[str] | None, extra: dict | None,
-           gate: tuple[str, pd.DataFrame] | None, history: tuple[str, pd.DataFrame] | None = None) -> None:
+           gate: tuple[str, pd.DataFrame] | None, history: tuple[str, pd.DataFrame] | None = None,
+           steps: pd.DataFrame | None = None) -> None:
     """The page, its figures, results.csv and report.json, written into the empty folder ``out``."""
     profiles = profiles or []
     _copy_profiles(profiles, out)
@@ -285,7 +286,8 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         asv_html=asv_html, gate_caption=gate[0] if gate else None,
         gate_table=_html(gate[1].set_index(["method", "injected"])) if gate else None,
         history_caption=history[0] if history else None,
-        history_table=_html(history[1].set_index("method")) if history else None)
+        history_table=_html(history[1].set_index("method")) if history else None,
+        steps=None if steps is None else (_html(steps.set_index(["history", "commit"])) if not steps.empty else ""))
     table.to_csv(os.path.join(out, "results.csv"), index=False)
     write_json_atomic(os.path.join(out, REPORT_RECORD), {
         "kind": "report", "generated": dt.datetime.now().isoformat(timespec="seconds"),

@@ -8,7 +8,7 @@ import sys
 
 from benchmarks.core import guards
 
-from . import html, sensitivity, tidy
+from . import asv_paired, html, sensitivity, tidy
 from .analyses.runs import latest_run
 
 
@@ -44,11 +44,13 @@ def build(paths: list[str], out: str, machine: str | None = None, table=None, ex
     try:
         found = sensitivity.latest()
         gate = None if found is None else (f"{found[0]}: {sensitivity.caption(found[1])}", sensitivity.table(found[1]))
+        histories = asv_paired.folders()
+        steps = asv_paired.steps_table(histories) if histories else None
         found = sensitivity.latest_history()
         history = None if found is None else (f"{found[0]}: {sensitivity.history_caption(found[1])}",
                                               sensitivity.history_table(found[1]))
         index = html.build(table, out, machine=machine, asv_html=os.path.relpath(site, out) if site else None,
-                           gate=gate, history=history,
+                           gate=gate, history=history, steps=steps,
                            profiles=tidy.load_profiles(folders, lead), pairs=tidy.load_pairs(folders, lead),
                            inputs=tidy.unique_paths(paths), extra=extra)
     except OSError as error:  # a full disk, say: html.build leaves the old report whole and nothing partial

@@ -131,9 +131,9 @@ def history_table(record: dict) -> pd.DataFrame:
     took = {"paired": f"{paired.get('seconds', 0) / 60:.1f} min" + (
         f", {statistics.median(per_commit):.0f} s a timed commit" if per_commit else ""),
         "asv": f"{results['asv']['seconds'] / 60:.1f} min" if "asv" in results else "-"}
-    names = {"paired": f"`attention-bench history` (paired; threshold {record['threshold']:.0%})",
-             "asv": f"`asv run {record['asv_setting']}`: asv's step detection",
-             "asv regressions list": f"`asv run`: asv's regressions list ({record['asv_regression_threshold']:.0%})"}
+    names = {"paired": f"attention-bench history (paired; threshold {record['threshold']:.0%})",
+             "asv": f"asv run {record['asv_setting']}: asv's step detection",
+             "asv regressions list": f"asv run: asv's regressions list ({record['asv_regression_threshold']:.0%})"}
     for key in _score_order(record):
         score = record["scores"][key]
         rows.append({"method": names.get(key, key), "cases": score["cases"],

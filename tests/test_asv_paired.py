@@ -97,3 +97,21 @@ def test_the_report_shows_the_newest_history_against_asv(tmp_path):
     path, record = sensitivity.latest_history([str(tmp_path / "*history-vs-asv*.json")])
     assert path.endswith("a-history-vs-asv.json") and record["generated"].startswith("2026-12-07")
     assert sensitivity.latest_history([str(tmp_path / "none*.json")]) is None
+
+
+def test_the_report_lists_the_steps_of_the_histories_here(tmp_path, timed):
+    """A step (the case's ratio moved beyond the history's threshold, intervals apart) is listed, in the order
+    the commits were timed; a history without one lists none."""
+    folder = tmp_path / "results" / "history" / "aaaaaaaa-quick"
+    folder.mkdir(parents=True)
+    for i, (commit, ratio) in enumerate(((REFERENCE, 1.0), ("c" * 40, 1.0), (LATER, 1.2))):
+        record = {**history_record(commit, ratio, timed[:1]), "threshold": 0.05,
+                  "generated": f"2026-12-05T10:0{i}:00+00:00"}
+        (folder / f"{commit}.json").write_text(json.dumps(record))
+    (tmp_path / "results" / "history" / "history-vs-asv.json").write_text("{}")  # not a history folder
+    found = asv_paired.folders(str(tmp_path / "results" / "history"))
+    assert found == [str(folder)]
+    steps = asv_paired.steps_table(found)
+    assert list(steps.commit) == [LATER[:8]] and list(steps.after) == ["c" * 8] and list(steps.change) == ["1.200"]
+    (folder / f"{LATER}.json").unlink()
+    assert asv_paired.steps_table(found).empty

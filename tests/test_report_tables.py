@@ -94,3 +94,19 @@ def test_the_report_shows_what_a_regression_check_sees_here(tmp_path, fake_peaks
     page = (tmp_path / "r2" / "index.html").read_text()
     assert "What a regression check sees on this machine" in page and "results/gate/sensitivity.json" in page
     assert "asv continuous --factor 1.05" in page and "8 of 8" in page and "3 of 8" in page
+    assert "No paired history here" in page and "Not measured here: <code>python scripts/history_vs_asv.py" in page
+    # a paired history with a step, and a history-vs-asv record: the section lists the step and the comparison
+    from test_asv_paired import LATER, REFERENCE, history_record, history_vs_asv_record
+
+    from benchmarks import cases
+
+    folder = tmp_path / "results" / "history" / "aaaaaaaa-quick"
+    timed = cases.select("layers", "quick", device="cpu")[:1]
+    for i, (commit, ratio) in enumerate(((REFERENCE, 1.0), (LATER, 1.2))):
+        write_json_atomic(str(folder / f"{commit}.json"), {**history_record(commit, ratio, timed), "threshold": 0.05,
+                                                           "generated": f"2026-12-05T10:0{i}:00+00:00"})
+    write_json_atomic(str(tmp_path / "results" / "history" / "history-vs-asv.json"), history_vs_asv_record())
+    assert attention_bench(["report", run, "--report", str(tmp_path / "r3")]) == 0
+    page = (tmp_path / "r3" / "index.html").read_text()
+    assert "Steps in this machine's paired histories" in page and LATER[:8] in page and "1.200" in page
+    assert "A commit history, paired and by asv" in page and "asv run -a rounds=4 --interleave-rounds: asv's step detection" in page
