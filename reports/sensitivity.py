@@ -92,8 +92,9 @@ def _has_trials(record: dict) -> bool:
         for by_head in results.values())
 
 
-def latest(patterns=RECORDS) -> tuple[str, dict] | None:
-    """The newest readable gate-sensitivity record among ``patterns`` (by when it was generated): (path, record)."""
+def _newest(patterns, kind: str, usable, empty: str) -> tuple[str, dict] | None:
+    """The newest readable record of ``kind`` among ``patterns`` (by when it was generated) that is ``usable``:
+    (path, record); one that is not is named in a warning, ``empty`` saying what it lacks."""
     found = []
     for pattern in patterns:
         for path in glob.glob(pattern):
@@ -101,13 +102,18 @@ def latest(patterns=RECORDS) -> tuple[str, dict] | None:
                 record = read_json(path)
             except (OSError, ValueError):
                 continue
-            if record.get("kind") != "gate-sensitivity":
+            if record.get("kind") != kind:
                 continue
-            if not _has_trials(record):
-                print(f"warning: {path}: a gate-sensitivity record with no trial in it; not shown", file=sys.stderr)
+            if not usable(record):
+                print(f"warning: {path}: a {kind} record {empty}; not shown", file=sys.stderr)
                 continue
             found.append((record.get("generated", ""), path, record))
     return max(found, key=lambda f: f[0])[1:] if found else None
+
+
+def latest(patterns=RECORDS) -> tuple[str, dict] | None:
+    """The newest readable gate-sensitivity record among ``patterns`` (by when it was generated): (path, record)."""
+    return _newest(patterns, "gate-sensitivity", _has_trials, "with no trial in it")
 
 
 # -- a synthetic history timed paired and by asv (scripts/history_vs_asv.py) ---------------------------------
@@ -172,13 +178,4 @@ def history_caption(record: dict) -> str:
 
 def latest_history(patterns=HISTORY_RECORDS) -> tuple[str, dict] | None:
     """The newest readable history-vs-asv record among ``patterns``: (path, record)."""
-    found = []
-    for pattern in patterns:
-        for path in glob.glob(pattern):
-            try:
-                record = read_json(path)
-            except (OSError, ValueError):
-                continue
-            if record.get("kind") == "history-vs-asv" and isinstance(record.get("scores"), dict):
-                found.append((record.get("generated", ""), path, record))
-    return max(found, key=lambda f: f[0])[1:] if found else None
+    return _newest(patterns, "history-vs-asv", lambda r: isinstance(r.get("scores"), dict), "with no scores in it")
