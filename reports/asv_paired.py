@@ -23,9 +23,11 @@ from benchmarks import cases, gate
 from benchmarks.core import envelope
 from benchmarks.core.records import UnreadableRecord, read_json, write_json_atomic
 
+from .asv_table import PAIRED_PREFIX
+
 #: where ``attention-bench history`` keeps its histories, one folder each
 HISTORIES = os.path.join("results", "history")
-PREFIX = "track_vs_reference_"
+PREFIX = PAIRED_PREFIX
 #: what asv's graphs label the values with
 UNIT = "time / reference's"
 #: the version of these benchmarks' definition (asv keeps results of one version together)

@@ -41,6 +41,11 @@ def _asv_areas() -> dict[str, str]:
     return {name: getattr(cls, "area", "gemm") for name, cls in _asv_classes().items()}
 
 
+#: the benchmarks a paired history adds to asv's results (reports.asv_paired): ratios to a reference commit, which
+#: asv's site draws and the report lists the steps of; not measurements of this table
+PAIRED_PREFIX = "track_vs_reference_"
+
+
 def asv_method_metric(name: str) -> tuple[str, str]:
     """asv benchmark method name -> (method, metric): ``time_train_step`` -> ("train_step", "time"),
     ``track_generate_matmul_flops`` -> ("generate", "matmul_flops"), ``track_gpu_power_w`` ->
@@ -106,8 +111,8 @@ def from_asv(results_dir: str) -> pd.DataFrame:
         for key in res.get_all_result_keys():
             parts = key.split(".")
             cls, bench = (parts[-2], parts[-1]) if len(parts) >= 3 else (None, parts[-1])
-            if cls not in areas:
-                continue  # a benchmark this suite no longer has
+            if cls not in areas or bench.startswith(PAIRED_PREFIX):
+                continue  # a benchmark this suite no longer has, or a paired history's ratios
             method, metric = asv_method_metric(bench)
             params = res.get_result_params(key)
             values = res.get_result_value(key, params)

@@ -6,6 +6,8 @@ import contextlib
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -65,6 +67,37 @@ def main_job(tmp_path_factory):
         code = main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine",
                      "box", "--min-run-time", "0.01", "--pairs-budget", "3", "--no-progress"])
     return run, report, code, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def asv_project(tmp_path_factory):
+    """A copy of this project in git, two commits ("first", "second"), each with asv's results of ASV_BENCHMARK
+    (``asv run -E existing`` on the quick grid, as machine "box"), once per test session: (project, the
+    environment the commands ran in, the two commits). Tests that change it work on a copy."""
+    from run_helpers import ASV_BENCHMARK, copy_project
+
+    tmp = tmp_path_factory.mktemp("asv-project")
+    project, home = tmp / "project", tmp / "home"
+    copy_project(project)
+    git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
+    env = {k: v for k, v in {**os.environ, "HOME": str(home), "ATTENTION_BENCH_GRID": "quick"}.items()
+           if not k.startswith("ASV_")}
+    asv = [sys.executable, "-m", "asv"]
+    subprocess.run(asv + ["machine", "--yes", "--machine", "box"], cwd=project, env=env, check=True,
+                   capture_output=True)
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"], ["branch", "-M", "main"]):
+        subprocess.run(git + cmd, cwd=project, check=True, capture_output=True)
+    shas = []
+    for second in (False, True):
+        if second:
+            subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "second"], cwd=project, check=True)
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+        shas.append(sha)
+        done = subprocess.run(asv + ["run", "-E", f"existing:{sys.executable}", "--quick", "--machine", "box",
+                                     "--bench", ASV_BENCHMARK, "--set-commit-hash", sha],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    return project, env, shas
 
 
 @pytest.fixture

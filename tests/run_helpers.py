@@ -25,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: a GEMM peak that stands in for a calibration: well above what a CPU core reaches (a case above its peak raises
 #: it, so a peak a real case can exceed would not stay known)
 FAKE_PEAK = 1e12
+#: the asv benchmark the asv tests run (one class's FLOP count: quick, and it runs the class's setup_cache)
+ASV_BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
 
 
 _MEASURE, _QUICK = constants.measure, {}

@@ -115,3 +115,16 @@ def test_the_report_lists_the_steps_of_the_histories_here(tmp_path, timed):
     assert list(steps.commit) == [LATER[:8]] and list(steps.after) == ["c" * 8] and list(steps.change) == ["1.200"]
     (folder / f"{LATER}.json").unlink()
     assert asv_paired.steps_table(found).empty
+
+
+def test_the_tidy_table_reads_asvs_measurements_not_the_paired_ratios(tmp_path, timed):
+    """``attention-bench report .asv/results`` after ``site``: asv's own results are read, the ratios are not."""
+    from test_tidy import write_asv_results
+
+    from reports import tidy
+
+    root = str(tmp_path / "results")
+    write_asv_results(root)
+    asv_paired.write([history_record(REFERENCE, 1.0, timed), history_record(LATER, 1.1, timed)], root, "box")
+    t = tidy.load([root])
+    assert not t.metric.str.contains("reference").any() and (t.metric == "time").any()

@@ -13,19 +13,20 @@ import glob
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 
 import pytest
-from run_helpers import ARTIFACTS, CHROMIUM, chromium_page, copy_project
+from run_helpers import ARTIFACTS, ASV_BENCHMARK, CHROMIUM, chromium_page
 
 from reports import asv_site
 
 pytestmark = pytest.mark.slow  # two asv runs, asv publish and Chromium
 
 REQUIRED = os.environ.get("ATTENTION_BENCH_REQUIRE_BROWSER") == "1"
-BENCHMARK = "bench_layers.SelfAttentionVsRecurrentLayer.track_matmul_flops"
+BENCHMARK = ASV_BENCHMARK
 #: the same class's paired history (reports.asv_paired)
 PAIRED = "bench_layers.SelfAttentionVsRecurrentLayer.track_vs_reference_forward"
 
@@ -47,34 +48,17 @@ def paired_history(folder, commits):
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """asv results of two commits of a copy of this project, published by ``attention-bench site``."""
+def site(request, tmp_path_factory):
+    """asv results of two commits of a copy of this project (conftest's ``asv_project``, copied) and a paired
+    history of the same two commits, published by ``attention-bench site``."""
     if not os.path.isfile(os.path.join(asv_site.MODULES, "jquery", "dist", "jquery.min.js")):
         if REQUIRED:
             pytest.fail(f"no npm packages in {asv_site.MODULES}: run bash scripts/setup.sh --history")
         pytest.skip("no npm packages for the history site (bash scripts/setup.sh --history)")
-    tmp = tmp_path_factory.mktemp("history")
-    project, home = tmp / "project", tmp / "home"
-    copy_project(project)
+    shared, env, shas = request.getfixturevalue("asv_project")
+    project = tmp_path_factory.mktemp("history") / "project"
+    shutil.copytree(shared, project, symlinks=True)
     os.symlink(asv_site.MODULES, project / "reports" / "history_js" / "node_modules")  # as setup.sh --history
-    git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
-    env = {k: v for k, v in {**os.environ, "HOME": str(home), "ATTENTION_BENCH_GRID": "quick"}.items()
-           if not k.startswith("ASV_")}
-    asv = [sys.executable, "-m", "asv"]
-    subprocess.run(asv + ["machine", "--yes", "--machine", "box"], cwd=project, env=env, check=True,
-                   capture_output=True)
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"], ["branch", "-M", "main"]):
-        subprocess.run(git + cmd, cwd=project, check=True, capture_output=True)
-    shas = []
-    for second in (False, True):
-        if second:
-            subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "second"], cwd=project, check=True)
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
-        shas.append(sha)
-        done = subprocess.run(asv + ["run", "-E", f"existing:{sys.executable}", "--quick", "--machine", "box",
-                                     "--bench", BENCHMARK, "--set-commit-hash", sha],
-                              cwd=project, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout + done.stderr
     paired_history(project / "results" / "history" / f"{shas[0][:8]}-quick", shas)  # where history writes it
     done = subprocess.run([sys.executable, "-m", "attention_bench", "site", "--machine", "box"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)
