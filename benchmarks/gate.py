@@ -199,6 +199,23 @@ def check(base: str, head: str, threshold: float, record: str | None) -> tuple[s
     return base, head, record
 
 
+def ending(stopped: BaseException | None, decided: bool, rows: list[dict], budget: float,
+           precision: float | None = None) -> str:
+    """How a comparison ended, in words: interrupted, a worker lost, decided, or the budget spent (with how many
+    cases are inconclusive or, timing to a precision, wider than it)."""
+    if isinstance(stopped, KeyboardInterrupt):
+        return "interrupted"
+    if stopped is not None:
+        return "stopped early: a worker died or stopped answering (below)"
+    if decided:
+        return "every case decided" if precision is None else f"every interval within {precision:.0%}"
+    if precision is not None:
+        wide = sum(r.get("high") is not None and r["high"] / r["low"] - 1 > precision for r in rows)
+        return f"stopped at the {budget:g} s budget with {wide} cases' intervals wider than {precision:.0%}"
+    return (f"stopped at the {budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} cases "
+            "inconclusive")
+
+
 def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: float, budget: float, record: str,
             progress: bool = True, precision: float | None = None) -> tuple[list[dict], BaseException | None]:
     """Time ``todo`` on both sides until every case is decided (``run``: a verdict, or with ``precision`` an
@@ -224,15 +241,7 @@ def compare(base: str, head: str, todo: list[tuple[str, dict, str]], threshold: 
     rows = table(gate, threshold)
     print(show(rows))
     elapsed = time.monotonic() - started
-    if isinstance(stopped, KeyboardInterrupt):
-        end = "interrupted"
-    elif stopped is not None:
-        end = "stopped early: a worker died or stopped answering (below)"
-    elif decided:
-        end = "every case decided"
-    else:
-        end = (f"stopped at the {budget:g} s budget with {sum(r['verdict'] == 'inconclusive' for r in rows)} "
-               "cases inconclusive")
+    end = ending(stopped, decided, rows, budget, precision)
     slower = sum(r["verdict"] == "slower" for r in rows)
     print(f"{rounds} rounds in {elapsed:.0f} s; {end}; {slower} slower than {threshold:.0%}"
           + ("" if any(r["verdict"] != "skipped" for r in rows)

@@ -195,3 +195,13 @@ def test_a_history_times_until_its_intervals_are_narrow_not_until_a_verdict():
     assert gate.run(Timed(wide), 0.03, 10, False) == (7, True)
     assert gate.run(Timed(wide), 0.03, 10, False, precision=0.03) == (7, False)
     assert gate.run(Timed(narrow), 0.03, 10, False, precision=0.03) == (7, True)
+
+
+def test_a_comparison_says_how_it_ended_in_the_terms_it_timed_to():
+    rows = [{"verdict": "slower", "low": 1.06, "high": 1.15}, {"verdict": "inconclusive", "low": 0.99, "high": 1.01},
+            {"verdict": "skipped"}]
+    assert gate.ending(None, False, rows, 80) == "stopped at the 80 s budget with 1 cases inconclusive"
+    assert gate.ending(None, False, rows, 80, 0.03) == "stopped at the 80 s budget with 1 cases' intervals wider " \
+                                                       "than 3%"
+    assert gate.ending(None, True, rows, 80, 0.03) == "every interval within 3%"
+    assert gate.ending(KeyboardInterrupt(), False, rows, 80) == "interrupted"
