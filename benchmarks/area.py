@@ -111,7 +111,7 @@ class Area:
     components: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
-        if not self.name.isidentifier() and not self.name.replace("-", "_").isidentifier():
+        if not self.name.replace("-", "_").isidentifier():
             raise ValueError(f"area name {self.name!r} is not a simple name (letters, digits, _ or -)")
         if set(self.axes) != set(GRID_NAMES):
             raise ValueError(f"area {self.name!r} gives axes for grids {sorted(self.axes)}; give every grid: "

@@ -23,7 +23,7 @@ from benchmarks import cases, gate
 from benchmarks.core import envelope
 from benchmarks.core.records import UnreadableRecord, read_json, write_json_atomic
 
-from .asv_table import PAIRED_PREFIX
+from .asv_table import PAIRED_PREFIX, asv_classes
 
 #: where ``attention-bench history`` keeps its histories, one folder each
 HISTORIES = os.path.join("results", "history")
@@ -36,12 +36,10 @@ VERSION = "paired-1"
 
 def asv_class_name(area: str) -> str:
     """``<module>.<Class>`` of the area's asv class (its ``bench_<area>.py``): where asv's tree puts its graphs."""
-    definition = cases.area(area)
-    module = __import__(definition.build.__module__, fromlist=["_"])
-    for name, obj in vars(module).items():
-        if isinstance(obj, type) and getattr(obj, "AREA", None) is definition:
-            return f"{module.__name__.split('.', 1)[1]}.{name}"
-    raise ValueError(f"area {area!r} has no asv class (a class with AREA = its Area) in {module.__name__}")
+    for name, cls in asv_classes().items():
+        if getattr(cls, "area", None) == area:
+            return f"{cls.__module__.split('.', 1)[1]}.{name}"
+    raise ValueError(f"area {area!r} has no asv class; allowed: {', '.join(cases.AREAS)}")
 
 
 def benchmarks_of(records: list[dict]) -> dict[tuple[str, str], dict]:

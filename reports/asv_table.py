@@ -24,7 +24,7 @@ from .columns import GRAPH_METRICS, UNITS, facts, frame
 
 
 @functools.lru_cache(maxsize=1)
-def _asv_classes() -> dict[str, type]:
+def asv_classes() -> dict[str, type]:
     """asv class name -> class, from the suite itself."""
     classes = {}
     for m in pkgutil.iter_modules(benchmarks.__path__):
@@ -38,7 +38,7 @@ def _asv_classes() -> dict[str, type]:
 
 def _asv_areas() -> dict[str, str]:
     """asv class name -> area."""
-    return {name: getattr(cls, "area", "gemm") for name, cls in _asv_classes().items()}
+    return {name: getattr(cls, "area", "gemm") for name, cls in asv_classes().items()}
 
 
 #: the benchmarks a paired history adds to asv's results (reports.asv_paired): ratios to a reference commit, which
@@ -159,7 +159,7 @@ def _asv_problem(metric: str, value) -> str | None:
 def _asv_param_names(cls: str, areas: dict[str, str], n: int) -> list[str]:
     """The names of an asv class's parameters: the class's own ``param_names`` (the grid areas' classes
     take theirs from cases.axes; GemmPeak and HeadParallelAttention list their own)."""
-    names = list(_asv_classes()[cls].param_names)
+    names = list(asv_classes()[cls].param_names)
     if len(names) != n:
         raise ValueError(f"asv results for {cls} have {n} parameters; this suite's {areas[cls]} benchmark has {names}")
     return names

@@ -23,6 +23,7 @@ Needs a clean commit to clone: run it after committing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -90,7 +91,7 @@ def paired(repo: str, base: str, made: list[str], budget: float, threshold: floa
 def absolute(repo: str, base: str, made: list[str]) -> dict:
     """``asv run`` over the commits: per CPU case, asv's step positions and its regressions list's."""
     from asv import _stats, step_detect
-    from asv.results import Results
+    from asv.results import iter_results
 
     asv = os.path.join(os.path.dirname(sys.executable), "asv")
     started = time.monotonic()
@@ -99,22 +100,15 @@ def absolute(repo: str, base: str, made: list[str]) -> dict:
                           capture_output=True, text=True, env={**os.environ, "ATTENTION_BENCH_GRID": "quick"})
     if done.returncode:
         raise RuntimeError(f"asv run failed (exit {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
-    results = os.path.join(repo, ".asv", "results")
     by_commit = {}
-    for machine in os.listdir(results):
-        folder = os.path.join(results, machine)
-        for name in os.listdir(folder) if os.path.isdir(folder) else []:
-            if name.endswith(".json") and name != "machine.json":
-                res = Results.load(os.path.join(folder, name))
-                key = next(k for k in res.get_all_result_keys() if k.endswith(BENCH))
-                params = res.get_result_params(key)
-                by_commit[res.commit_hash] = (params, res.get_result_value(key, params),
-                                              res.get_result_stats(key, params))
-    params = by_commit[made[0]][0]
-    combos = [c for c in _product(params) if "'cpu'" in c]
+    for res in iter_results(os.path.join(repo, ".asv", "results")):
+        key = next(k for k in res.get_all_result_keys() if k.endswith(BENCH))
+        params = res.get_result_params(key)
+        by_commit[res.commit_hash] = (params, res.get_result_value(key, params), res.get_result_stats(key, params))
     steps, regressions, times = {}, {}, {}
-    for combo in combos:
-        i = _product(params).index(combo)
+    for i, combo in enumerate(itertools.product(*by_commit[made[0]][0])):
+        if "'cpu'" not in combo:
+            continue
         y = [by_commit[c][1][i] if c in by_commit else None for c in made]
         w = [_stats.get_weight(by_commit[c][2][i]) if c in by_commit else None for c in made]
         found = step_detect.detect_steps(y, w)
@@ -124,12 +118,6 @@ def absolute(repo: str, base: str, made: list[str]) -> dict:
         regressions[name] = [after for _, after, _, _ in regressed or []]
         times[name] = y
     return {"steps": steps, "regressions": regressions, "times": times, "seconds": time.monotonic() - started}
-
-
-def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
-    import itertools
-
-    return list(itertools.product(*params))
 
 
 def score(steps: dict[str, list[int]]) -> dict:
