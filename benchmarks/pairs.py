@@ -8,8 +8,9 @@ A verdict's ratio taken from two separate timings (the Transformer's at one mome
 moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
 C1 ratio as 0.95x one day and 0.72x the next. Here the two cases of each ratio run in one worker process,
 alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every few
-rounds (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets a 95%
-bootstrap interval over sessions and rounds. The pairs:
+rounds (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets the 95%
+interval where a rerun's ratio lands (``PairRounds``: from its sessions' means, their spread moderated by
+the other pairs'). The pairs:
 
     c1      per model size and sequence length, the teacher-forced forward pass: RNN time over Transformer
             time (the Transformer's speed-up; below 1, the RNN is faster)
@@ -23,19 +24,25 @@ or a worker that dies or stops answering (2) still saves the ratios measured so 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 
+import numpy as np
 import torch
 
 from . import cases
 from .core import envelope, guards
 from .core.hardware import machine
-from .core.pairing.mirrored import SESSION_ROUNDS, MirroredRounds, Side, Worker, WorkerDied
+from .core.pairing.mirrored import Estimate, MirroredRounds, Side, Worker, WorkerDied
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
+from .core.timing import rerun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: rounds per pair of worker processes: a ratio's interval is over its sessions (a process pair's draw is a
+#: sample of what a rerun gets), so several short sessions tell more than two long ones
+SESSION_ROUNDS = 2
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
 BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
 #: the record's name in a run folder (the report reads it from there)
@@ -78,8 +85,8 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     todo = list({key(c): c for _, pair in listed for c in pair}.values())
     index = {key(c): i for i, c in enumerate(todo)}
     worker = Worker("cases", ROOT, ROOT, env or {})
-    rounds_of = MirroredRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
-                                                for _, (pa, pb) in listed], BLOCK_S)
+    rounds_of = PairRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
+                                            for _, (pa, pb) in listed], BLOCK_S, session_rounds=SESSION_ROUNDS)
 
     def narrow(estimates) -> bool:
         return all(e.high / e.low <= (1 + PRECISION) / (1 - PRECISION) for e in estimates if e is not None)
@@ -118,13 +125,31 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     return rows, rounds, time.monotonic() - started, stopped, worker.regime
 
 
+class PairRounds(MirroredRounds):
+    """The pairs' rounds; each ratio's interval is where a rerun's lands."""
+
+    def estimates(self) -> list[Estimate | None]:
+        """Each pair's ratio (the trimmed mean of its rounds, ``mirrored.estimate``) with the interval where a
+        rerun's lands (``rerun.half_width`` of its sessions' mean log ratios, moderated by the variance typical
+        of this run's pairs); a pair timed in one session keeps its rounds' bootstrap interval."""
+        means = [np.array([np.log(r)[np.asarray(s) == k].mean() for k in dict.fromkeys(s)])
+                 for r, s in zip(self.ratios, self.sessions, strict=True)]
+        prior = rerun.typical_variance([m for m in means if len(m) > 1])
+        out = []
+        for p, est in enumerate(super().estimates()):
+            width = math.nan if est is None or len(means[p]) < 2 else rerun.half_width(means[p], prior, of="mean")
+            out.append(est if math.isnan(width) else Estimate(est.ratio, *rerun.interval(est.ratio, width),
+                                                              est.rounds))
+        return out
+
+
 def label(row: dict) -> str:
     return f"{row['kind']}: " + ", ".join(f"{k}={v}" for k, v in row["params"].items() if k != "device")
 
 
 def show(rows: list[dict]) -> str:
     lines = [f"{'pair':<52} {'a med.':>10} {'b med.':>10} {'b/a':>7} {'95% interval':>15}  rounds",
-             f"{'':<52} {'(per call)':>10} {'(per call)':>10} {'(round':>7} {'(bootstrap)':>15}",
+             f"{'':<52} {'(per call)':>10} {'(per call)':>10} {'(round':>7} {'(a rerun)':>15}",
              f"{'':<52} {'':>10} {'':>10} {'ratios)':>7}"]
     for r in rows:
         if r["status"] != "ok":

@@ -33,7 +33,8 @@ PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values()
 MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes", "runtime"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
-            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "processes", "modes",
+            "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "lowest", "highest",
+            "processes", "modes",
             "status", "reason", "bound"]
            + PARAMS + MACHINE_FACTS)
 

@@ -49,7 +49,7 @@ def _lines(spec: Figure):
         dashed = column in spec.dashed
         line, = ax.plot(s.index, s.values * spec.scale, marker="x" if dashed else "o",
                         linestyle="--" if dashed else "-", label=str(column))
-        if spec.low is not None and column in spec.low:  # each point's interval (lowest to highest process)
+        if spec.low is not None and column in spec.low:  # each point's interval: where a rerun lands
             low, high = (spec.low[column].reindex(s.index), spec.high[column].reindex(s.index))
             shown = low.notna() & high.notna()
             if shown.any():

@@ -4,10 +4,12 @@ run states, and the figures that fall outside another run's interval.
     attention-bench reproduce RUN RUN [RUN ...]        run folders of one machine (results/runs/<name>)
 
 A run's figures are its analyses' numbers (``reports.analyses``: what the page's answers quote), computed
-from that run alone; a figure's interval is the one the run states (``Analysis.intervals``: between its
-lowest and highest process, or a paired ratio's 95% interval). For each figure and each ordered pair of
+from that run alone; a figure's interval is the one the run states (``Analysis.intervals``: where a rerun's
+figure lands with 95% confidence, ``benchmarks.core.timing.rerun``). For each figure and each ordered pair of
 runs (i, j), run i's value is checked against run j's interval, or, where run j states none, against
 run j's value within ±TOLERANCE. A figure whose value any other run's interval leaves out is ``outside``.
+Intervals that say what they claim leave out about 5% of these checks, spread over the figures; far more
+means the machine moved between runs by more than a run's own processes show.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import math
 import os
 
 import pandas as pd
+
+from benchmarks.core.timing import rerun
 
 from . import ranges, tidy
 from .analyses import profiling
@@ -96,7 +100,8 @@ def summary(t: pd.DataFrame) -> dict:
     with_interval = t[t.interval]
     return {"figures": len(t), "with_interval": len(with_interval),
             "outside": int((t.outside > 0).sum()), "outside_with_interval": int((with_interval.outside > 0).sum()),
-            "tolerance": TOLERANCE}
+            "checks_with_interval": int(with_interval.pairs.sum()),
+            "checks_outside": int(with_interval.outside.sum()), "tolerance": TOLERANCE}
 
 
 def show(runs: list[dict], t: pd.DataFrame) -> str:
@@ -104,7 +109,8 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
     lines = [f"{len(runs)} runs of {runs[0]['machine']} ({runs[0]['cpu']}): " + ", ".join(r["run"] for r in runs),
              f"{s['figures']} figures in every run; {s['outside']} fall outside another run's interval (or ±"
              f"{TOLERANCE:.0%} where it states none); of the {s['with_interval']} with an interval in every run, "
-             f"{s['outside_with_interval']} do.", ""]
+             f"{s['outside_with_interval']} do, in {s['checks_outside']} of {s['checks_with_interval']} checks "
+             f"(95% intervals: about 5% expected).", ""]
     shown = t.sort_values(["outside", "interval"], ascending=False)
     columns = ["figure"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):
@@ -114,15 +120,14 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
 
 def differences(first: dict, other: dict) -> pd.DataFrame:
     """Figure by figure, run ``other`` against run ``first`` (any machines): both values with their intervals
-    and ``verdict``: "differs" when their intervals do not overlap, or, where a run states none, when neither
+    and ``verdict``: "differs" when they are apart (``rerun.apart``), or, where a run states none, when neither
     value agrees with the other run's figure (``agrees``); else "same within the noise"."""
     rows = []
     for key, a in first["figures"].items():
         if key not in other["figures"]:
             continue
         b = other["figures"][key]
-        both = None not in (a[1], b[1])
-        same = (a[1] <= b[2] and b[1] <= a[2]) if both else (agrees(b[0], a) or agrees(a[0], b))
+        same = rerun.apart(a, b) is False if None not in (a[1], b[1]) else (agrees(b[0], a) or agrees(a[0], b))
         rows.append({"figure": key, "first": a[0], "first interval": None if a[1] is None else f"{a[1]:.4g}-{a[2]:.4g}",
                      "second": b[0], "second interval": None if b[1] is None else f"{b[1]:.4g}-{b[2]:.4g}",
                      "change": b[0] / a[0] - 1 if a[0] else float("nan"),

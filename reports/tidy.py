@@ -28,8 +28,8 @@ from benchmarks.core import records
 from benchmarks.core.hardware import machine, perfmodel
 from benchmarks.core.profiling import profiler
 from benchmarks.core.records import read_json
-from benchmarks.core.timing import measure
 
+from . import spans_over_processes
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
 from .peaks import impossible, peak_key, peaks_of, too_low
@@ -93,9 +93,11 @@ def from_runner(folder: str) -> pd.DataFrame:
                      "reason": f"raised from the calibrated {calibrated[key] / 1e9:.1f} GFLOP/s to the "
                                f"{raised[key][1]} achieved: the calibration read low (a busy machine?)"
                                if key in raised else None})
+    priors = spans_over_processes.priors(kept)
     for rec in kept:
         key = peak_key(rec)
-        rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key)))
+        rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key),
+                                 priors.get((rec["area"], rec["params"].get("device")))))
     models = _constants(saved)
     rows.extend(_constant_rows(saved, base))
     for rec in kept:
@@ -216,7 +218,7 @@ def _normalised(records: list[dict], base: dict) -> list[dict]:
         factor = value / row["value"]
         out.append({**row, "metric": "time_normalised", "value": value, "q25": row["q25"] * factor,
                     "q75": row["q75"] * factor, "iqr": row["iqr"] * factor,
-                    **{k: row[k] * factor for k in ("low", "high") if k in row}})
+                    **{k: row[k] * factor for k in ("low", "high", "lowest", "highest") if k in row}})
     return out
 
 
@@ -230,10 +232,13 @@ def samples(rec: dict) -> int | None:
     return min(r["blocks"] for r in rounds) if len(rounds) > 1 else rec.get("blocks")
 
 
-def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: float | None = None) -> list[dict]:
+def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: float | None = None,
+                 prior: float | None = None) -> list[dict]:
     """A record's rows; ``peak``: the run's GEMM peak for its device, dtype and threads (``peaks.peaks_of``, raised by
     ``peaks.too_low``), which its fraction of peak is over (the record's own stored peak without one); a case
-    that passed the ``calibrated`` peak by more than the tolerance says so on its fraction's row."""
+    that passed the ``calibrated`` peak by more than the tolerance says so on its fraction's row; ``prior``: the
+    variance of a process typical of its area in this run (``spans_over_processes.priors``), which its interval
+    is moderated by."""
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": rec["status"],
               "reason": rec["reason"], "commit": rec.get("commit") or base["commit"],
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
@@ -248,7 +253,7 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
     if rec["status"] != "ok":
         metric = "sequential_depth" if rec["method"] == "graph" else "time"
         return [{**common, "metric": metric, "unit": UNITS[metric], "value": float("nan")}]
-    spans = _over_processes(rec)
+    spans = spans_over_processes.spans(rec, prior)
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
          "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **spans}]
@@ -257,9 +262,11 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
             row = {**common, "metric": metric, "unit": unit, "value": _derived(rec, metric, peak)}
-            if metric in PER_TIME and spans:  # a rate's interval from its time's: the fastest process, the slowest
+            if metric in PER_TIME and spans:  # a rate's interval from its time's, inverted
                 median = rec["time_median_s"]
                 row.update(low=row["value"] * median / spans["high"], high=row["value"] * median / spans["low"],
+                           lowest=row["value"] * median / spans["highest"],
+                           highest=row["value"] * median / spans["lowest"],
                            processes=spans["processes"], modes=spans.get("modes"))
             rows.append(row)
     if calibrated and rec.get("fraction_of_peak") is not None:
@@ -272,27 +279,6 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
 
 #: metrics that are a count over the time (their interval over processes is the time's, inverted)
 PER_TIME = (*(rate for rate, _ in records.RATES), "fraction_of_peak")
-
-
-def _over_processes(rec: dict) -> dict:
-    """A time's interval over the processes it was timed in (``low``, ``high``: the lowest and highest
-    process's median), how many (``processes``) and, when they ran at two levels, ``modes`` ("8.9 ms in 1
-    process, 51 page faults per call; 16 ms in 2 processes, 8160 page faults per call"); nothing for a time
-    from one process."""
-    if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
-        return {}
-    out = {"low": rec["time_low_s"], "high": rec["time_high_s"], "processes": rec["processes"]}
-    modes = measure.modes_of(rec["rounds"]) if rec.get("rounds") else rec.get("modes")  # from what was measured
-    if modes:
-        out["modes"] = "; ".join(_mode(m) for m in modes)
-    return out
-
-
-def _mode(mode: dict) -> str:
-    text = f"{mode['time_s'] * 1e3:.3g} ms in {mode['processes']} process{'es' if mode['processes'] > 1 else ''}"
-    if mode.get("faults_per_call") is not None:
-        text += f", {mode['faults_per_call']:.0f} page faults per call"
-    return text
 
 
 def _derived(rec: dict, metric: str, peak: float | None = None) -> float:

@@ -228,7 +228,7 @@ def test_one_answer_per_ratio_the_paired_figure_with_the_grids_checked_against_i
     reconcile(c1, heads, paired, records)
     assert "tiny n = 128: 5.10× (paired, 95% 4.90-5.30);" in c1.answer and "4.99" not in c1.answer
     assert ("paper-base n = 128: 1.06× (paired, 95% 0.89-1.30), but the grid gave 0.62× "
-            "(0.55×-0.70×), outside it") in c1.answer
+            "(0.55×-0.70×), apart from it") in c1.answer
     assert "4.70× (batched, paired, 95% 4.50-4.90)" in heads.answer and "2.70× (sdpa, paired" in heads.answer
     assert "4.83" not in heads.answer  # inside the interval: one figure, the paired one
     assert paired.answer.endswith("agree within them for 3 of 4 (not for C1 paper-base n = 128).")

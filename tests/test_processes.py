@@ -2,6 +2,7 @@
 range, and a case whose processes ran it at two levels is said to have two modes."""
 
 import json
+import math
 import mmap
 import os
 
@@ -14,7 +15,7 @@ from benchmarks import cases
 from benchmarks.core.hardware import machine
 from benchmarks.core.running import runner
 from benchmarks.core.timing import measure
-from reports import figures, tidy
+from reports import figures, spans_over_processes, tidy
 from reports.analyses import noise
 from reports.analyses.base import Figure, time_curves
 from reports.analyses.spread import ratio_spread, spread_phrase
@@ -80,13 +81,15 @@ def _time_rows(model_times: dict[str, tuple[float, float, float]], processes=3) 
                           "rounds": 3, "processes": processes} for m, (lo, v, hi) in model_times.items()])
 
 
-def test_a_ratio_of_two_times_over_processes_spans_their_lowest_and_highest_processes():
+def test_a_ratio_of_two_times_over_processes_takes_their_intervals_in_quadrature():
     rows = _time_rows({"transformer": (0.009, 0.010, 0.012), "rnn-width": (0.040, 0.050, 0.060)})
     spread = ratio_spread(rows, "transformer", "rnn-width")
     assert spread["spread_over"] == "processes" and spread["processes"] == 3
-    assert spread["speedup_low"] == pytest.approx(0.040 / 0.012)
-    assert spread["speedup_high"] == pytest.approx(0.060 / 0.009)
-    assert "over the 3 or more fresh processes" in spread_phrase(spread, 5.0)
+    width = math.hypot(math.log(0.012 / 0.009) / 2, math.log(0.060 / 0.040) / 2)
+    assert spread["speedup_low"] == pytest.approx(5.0 * math.exp(-width))
+    assert spread["speedup_high"] == pytest.approx(5.0 * math.exp(width))
+    assert 0.040 / 0.012 < spread["speedup_low"] and spread["speedup_high"] < 0.060 / 0.009  # not end to end
+    assert "from the 3 or more fresh processes" in spread_phrase(spread, 5.0)
     # times from fewer processes fall back to their quartiles
     assert ratio_spread(_time_rows({"transformer": (0.009, 0.010, 0.012), "rnn-width": (0.04, 0.05, 0.06)},
                                    processes=1), "transformer", "rnn-width")["spread_over"] == "rounds"
@@ -114,7 +117,7 @@ def test_a_case_with_two_modes_is_listed_with_both_levels(tmp_path):
     time_row = next(r for r in rows if r["metric"] == "time")
     assert time_row["modes"] == "14.1 ms in 2 processes; 28 ms in 1 process"
     split = measure.modes_of([_round(0.0089, 0.3, 2, 51), _round(0.016, 0.02, 1, 8160)])
-    assert tidy._over_processes({"processes": 2, "time_low_s": 0.0089, "time_high_s": 0.016, "modes": split})[
+    assert spans_over_processes.spans({"processes": 2, "time_low_s": 0.0089, "time_high_s": 0.016, "modes": split})[
         "modes"] == "8.9 ms in 1 process, 51 page faults per call; 16 ms in 1 process, 8160 page faults per call"
     table = tidy.frame(rows)
     listed = noise.two_mode_cases(table)

@@ -24,7 +24,7 @@ def test_runs_that_agree_within_their_intervals_have_nothing_outside():
     t = reproduce.table(runs)
     assert list(t.outside) == [0, 0] and list(t.pairs) == [6, 6]
     assert reproduce.summary(t) == {"figures": 2, "with_interval": 1, "outside": 0, "outside_with_interval": 0,
-                                    "tolerance": reproduce.TOLERANCE}
+                                    "checks_with_interval": 6, "checks_outside": 0, "tolerance": reproduce.TOLERANCE}
 
 
 def test_a_figure_outside_another_runs_interval_is_counted_each_way():
@@ -64,12 +64,15 @@ def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, ca
 
 
 def test_compare_says_per_figure_whether_two_runs_differ_or_are_the_same_within_the_noise():
-    a = _run("a", x=(5.0, 4.9, 5.1), y=(1.00, None, None), z=(2.0, 1.5, 2.5), only_a=(1.0, None, None))
-    b = _run("b", machine="laptop", x=(6.0, 5.9, 6.1), y=(1.03, None, None), z=(2.6, 2.4, 2.8))  # any machines
+    a = _run("a", x=(5.0, 4.9, 5.1), y=(1.00, None, None), z=(2.0, 1.5, 2.5), w=(2.0, 1.5, 2.5),
+             only_a=(1.0, None, None))
+    b = _run("b", machine="laptop", x=(6.0, 5.9, 6.1), y=(1.03, None, None), z=(2.3, 2.1, 2.5),
+             w=(2.6, 2.4, 2.8))  # any machines
     d = reproduce.differences(a, b).set_index("figure")
-    assert list(d.index) == ["x", "y", "z"]  # only figures both runs have
+    assert list(d.index) == ["x", "y", "z", "w"]  # only figures both runs have
     assert d.loc["x", "verdict"] == "differs" and d.loc["x", "change"] == pytest.approx(0.2)
     assert d.loc["y", "verdict"] == "same within the noise"  # 3%, no interval: within ±5%
-    assert d.loc["z", "verdict"] == "same within the noise"  # the intervals overlap (2.4-2.5)
+    assert d.loc["z", "verdict"] == "same within the noise"  # 15% apart, within what the two intervals allow
+    assert d.loc["w", "verdict"] == "differs"  # the intervals overlap (2.4-2.5), yet 30% is beyond them
     far = reproduce.differences(_run("a", y=(1.00, None, None)), _run("b", y=(1.07, None, None)))
     assert far.verdict.iloc[0] == "differs"  # 7% without an interval

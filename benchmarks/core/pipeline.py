@@ -27,10 +27,12 @@ from .running.runner import Runner, plan
 #: seconds of timing per method (per measurement for the head-parallel cases), unless --min-run-time says
 MIN_RUN_TIME = 0.2
 #: rounds per method, each in a fresh process: a case's figure is the median over ROUNDS processes, its interval
-#: their range (what one process happens to get moves a time by a few per cent, or 2x, for the process)
+#: where a rerun's median lands (what one process happens to get moves a time by a few per cent, or 2x, for the
+#: process; ``benchmarks.core.timing.rerun``)
 ROUNDS = 3
 ROUNDS_HELP = (f"time each method in R rounds (default {ROUNDS}), each round a pass over the whole grid in a fresh "
-               "process, splitting --min-run-time between them: the time is their median, its interval their range")
+               "process, splitting --min-run-time between them: the time is their median, its interval where a "
+               "rerun's median lands (95%%)")
 
 
 def machine_name(args: argparse.Namespace) -> str:

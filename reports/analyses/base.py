@@ -46,8 +46,9 @@ class Figure:
     legend_size: int = 8
     #: a roofline's ceilings: (peak FLOP/s, bandwidth bytes/s), before scaling
     roof: tuple[float, float] | None = None
-    #: each point's interval ("lines"): tables shaped as ``table``, its lowest and highest values (the lowest and
-    #: highest process of a time measured in several), drawn as error bars; None or NaN: no bar
+    #: each point's interval ("lines"): tables shaped as ``table``, its low and high values (where a rerun of a
+    #: time measured in several processes lands, ``benchmarks.core.timing.rerun``), drawn as error bars; None or
+    #: NaN: no bar
     low: pd.DataFrame | None = None
     high: pd.DataFrame | None = None
 
@@ -61,8 +62,8 @@ class Analysis:
     #: the answer in a line (at most about 25 words) with its key figure: the page's first table, the README
     answer: str = ""
     numbers: dict[str, float] = field(default_factory=dict)
-    #: a number's interval where one was measured, by its key in ``numbers``: (low, high) between the lowest and
-    #: highest process its times were measured in, or a paired ratio's 95% interval
+    #: a number's interval where one was measured, by its key in ``numbers``: (low, high), where a rerun's figure
+    #: lands with 95% confidence (``benchmarks.core.timing.rerun``), from the processes or sessions it was timed in
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ import pandas as pd
 from benchmarks import cases
 
 from .base import Analysis, conditions, devices, first, hold_axes, not_measured, ok_rows, preset_phrase
-from .spread import unreplicated_note
+from .spread import ratio_interval, unreplicated_note
 
 
 def analyse(t: pd.DataFrame) -> Analysis:
@@ -34,8 +34,11 @@ def analyse(t: pd.DataFrame) -> Analysis:
     for device, g in both.reset_index().groupby("device"):
         n = g.seq_len.max()
         at = g[g.seq_len == n].set_index("model")
+        spans = _advantage_intervals(fwd, gen, device, n)
         for model in at.index:
             a.numbers[f"parallel_advantage_{device}_{model}_n{n}"] = at.loc[model, "parallel_advantage"]
+            if model in spans:
+                a.intervals[f"parallel_advantage_{device}_{model}_n{n}"] = spans[model]
         parts = [f"{m} {at.loc[m, 'parallel_advantage']:.1f}×" for m in at.index]
         at_rows = fwd[fwd.device == device]
         preset = at_rows.preset.dropna().unique()
@@ -58,10 +61,25 @@ def analyse(t: pd.DataFrame) -> Analysis:
     a.verdict = " ".join(x for x in sentences if x)
     at = a.tables["throughput"]
     at = at[(at.device == first(devices(at))) & (at.seq_len == at.seq_len.max())].set_index("model")
-    a.answer = (f"At n = {int(at.seq_len.max())}, teacher forcing gives "
-                + ", ".join(f"{at.loc[m, 'parallel_advantage']:.1f}× ({m})" for m in at.index)
+    n = int(at.seq_len.max())
+    spans = {m: a.intervals.get(f"parallel_advantage_{first(devices(at))}_{m}_n{n}") for m in at.index}
+    a.answer = (f"At n = {n}, teacher forcing gives "
+                + ", ".join(f"{at.loc[m, 'parallel_advantage']:.1f}× ({m}"
+                            + (f", {spans[m][0]:.1f}-{spans[m][1]:.1f}" if spans[m] else "") + ")" for m in at.index)
                 + " the tokens/s of greedy generation.")
     a.conditions = (f"{', '.join(preset_phrase(p) for p in fwd.preset.dropna().unique())}, batch "
                     f"{', '.join(map(str, fwd.batch.dropna().unique()))}, {conditions(fwd, n=False)}")
     return a
 
+
+def _advantage_intervals(fwd: pd.DataFrame, gen: pd.DataFrame, device: str, n: int) -> dict[str, tuple]:
+    """Per model, where a rerun's teacher-forced over generated tokens/s lands (``ratio_interval`` of the two
+    rates' intervals), for the models whose both rates have one."""
+    out = {}
+    for model in fwd[(fwd.device == device) & (fwd.seq_len == n)].model.unique():
+        rates = [g[(g.device == device) & (g.seq_len == n) & (g.model == model)] for g in (gen, fwd)]
+        if all(not r.empty and r.low.notna().all() for r in rates):
+            span = ratio_interval(*((r.value.median(), r.low.median(), r.high.median()) for r in rates))
+            if span[0] == span[0]:
+                out[model] = span
+    return out

@@ -30,10 +30,11 @@ def analyse(t: pd.DataFrame) -> Analysis:
     for w in times:
         a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
         a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
-        if interval:  # between the processes: 1 thread's slowest over p's fastest, and back
-            low, high = interval["low"], interval["high"]  # speed-up = time on 1 thread / time on p
-            span = ratio_interval((low.loc[p, w], high.loc[p, w]), (low.loc[times.index.min(), w],
-                                                                    high.loc[times.index.min(), w]))
+        if interval:  # where a rerun's speed-up lands: speed-up = time on 1 thread / time on p
+            low, high = interval["low"], interval["high"]
+            one_thread = times.index.min()
+            span = ratio_interval((times.loc[p, w], low.loc[p, w], high.loc[p, w]),
+                                  (times.loc[one_thread, w], low.loc[one_thread, w], high.loc[one_thread, w]))
             if span[0] == span[0]:
                 a.intervals[f"speedup_{w}_p{p}"] = span
     best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.core.timing import rerun
 
 from .base import Analysis, conditions, devices, gpu_missing, heads_axis, not_measured, ok_rows, time_curves
 from .profiling import heads_explained
@@ -56,11 +57,12 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
     spreads = (curves.loc[h_hi] / curves.loc[h_lo]).to_dict()
     for s, r in spreads.items():
         a.numbers[f"time_ratio_h{h_hi}_over_h{h_lo}_{s}"] = r
-    ranges = {}  # each ratio's interval over processes: its lowest h_hi time over the highest h_lo time, and back
+    ranges = {}  # each ratio's interval: where a rerun's ratio lands
     if interval:
         low, high = interval["low"], interval["high"]
         ranges = {s: span for s in spreads if not pd.isna((span := ratio_interval(
-            (low.loc[h_lo, s], high.loc[h_lo, s]), (low.loc[h_hi, s], high.loc[h_hi, s])))[0])}
+            (curves.loc[h_lo, s], low.loc[h_lo, s], high.loc[h_lo, s]),
+            (curves.loc[h_hi, s], low.loc[h_hi, s], high.loc[h_hi, s])))[0])}
         a.tables["time_ratios"] = pd.DataFrame([{"strategy": s, "ratio": spreads[s], "low": lo, "high": hi}
                                                 for s, (lo, hi) in ranges.items()])
         a.intervals.update({f"time_ratio_h{h_hi}_over_h{h_lo}_{s}": span for s, span in ranges.items()})
@@ -76,8 +78,8 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
                          f"score matrix {work.score_bytes.max() / work.score_bytes.min():.0f}× "
                          f"({work.score_bytes.min() / 2**20:.0f} → {work.score_bytes.max() / 2**20:.0f} MiB).")
     sentences.append(f"Yet time on {device} from h = {h_lo} to {h_hi} changes by " + ", ".join(told.values())
-                     + (" (each with its range between the lowest and highest of the processes its times were measured "
-                        "in)" if ranges else "") + ".")
+                     + (f" (each with the {rerun.CONFIDENCE:.0%} interval where a rerun's ratio lands, from the "
+                        "processes its times were measured in)" if ranges else "") + ".")
     if "batched" in curves and "other_flops" in work and len(curves) > 2:
         # why: does the batched strategy's time track the work that grows with h (the h·n² scores)?
         joined = pd.concat([curves["batched"], work.score_bytes], axis=1).dropna()

@@ -60,13 +60,13 @@ def unreplicated_cases(t: pd.DataFrame) -> pd.DataFrame:
 def two_mode_cases(t: pd.DataFrame) -> pd.DataFrame:
     """Every timed case whose processes ran it at two levels, further apart than their own spread
     (``benchmarks.core.timing.measure.modes_of``): each level with how many processes ran at it, and the
-    interval over processes that the case's figure carries (lowest to highest). Widest first."""
+    lowest and highest process. Widest first."""
     if "modes" not in t:
         return pd.DataFrame()
     rows = t[(t.metric == "time") & (t.status == "ok") & t.modes.notna()]
-    rows = rows.assign(spread=rows.high / rows.low).sort_values("spread", ascending=False)
-    return case_columns(rows, "value", "modes", "low", "high").rename(
-        columns={"value": "median s", "low": "lowest process s", "high": "highest process s"})
+    rows = rows.assign(spread=rows.highest / rows.lowest).sort_values("spread", ascending=False)
+    return case_columns(rows, "value", "modes", "lowest", "highest").rename(
+        columns={"value": "median s", "lowest": "lowest process s", "highest": "highest process s"})
 
 
 def busy_cases(t: pd.DataFrame) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """C1 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks in one process.
 
 A ratio of two separate timings moves with the machine's speed between them; ``benchmarks.pairs`` times
-the Transformer and the RNN (and 1 against 64 heads) in the same moments, with a 95% interval over rounds
-and fresh processes. This analysis reads its records (``pairs-<device>.json`` in the run folder).
+the Transformer and the RNN (and 1 against 64 heads) in the same moments, with the 95% interval where a
+rerun's ratio lands, from fresh processes (sessions). This analysis reads its records (``pairs-<device>.json``
+in the run folder).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 
 import pandas as pd
 
+from benchmarks.core.timing import rerun
 from transformer import PRESETS
 
 from .base import Analysis, fmt_ratio
@@ -80,8 +82,8 @@ def analyse(records: list[dict]) -> Analysis:
         for r in heads.itertuples():
             a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
     a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
-                                    f"{int(t.rounds.max())} rounds; its interval holds the process-to-process "
-                                    "and moment-to-moment spread.")
+                                    f"{int(t.rounds.max())} rounds in fresh processes; its interval is where a "
+                                    "rerun's ratio lands (95%), from the spread between the processes.")
     a.answer = "Paired: " + "; ".join(answer) + "."
     devices = sorted(t.device.unique())
     threads = sorted({r.get("threads") for r in records if r.get("threads")})
@@ -111,15 +113,19 @@ def regime_said(records: list[dict]) -> str:
     return "; ".join(dict.fromkeys(said))
 
 
-def _overlap(low: float, high: float, grid_low: float, grid_high: float) -> bool:
-    return grid_low <= high and low <= grid_high
+def _agree(paired: tuple[float, float, float], grid: tuple[float, float, float] | None, value: float) -> bool:
+    """Whether the grid's figure agrees with the paired one: not ``rerun.apart`` where both carry an interval
+    (value, low, high), else the grid's ``value`` inside the paired interval."""
+    if grid is not None and (apart := rerun.apart(paired, grid)) is not None:
+        return not apart
+    return paired[1] <= value <= paired[2]
 
 
 def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict]) -> None:
     """One answer per ratio: where a ratio was timed paired, the C1 and C3/C4 answers give the paired figure
-    with its 95% interval in place of the grid's, and say so where the grid's figure (its quartile range,
-    or its value where it has none) falls outside that interval; the paired row then gives no figure of
-    its own, only how many of its ratios the grid agrees with."""
+    with its 95% interval in place of the grid's, and say so where the grid's figure disagrees with it
+    (``_agree``: further apart than the two intervals allow, or its value outside where it has none); the
+    paired row then gives no figure of its own, only how many of its ratios the grid agrees with."""
     t = table(records)
     if t.empty:
         return
@@ -144,10 +150,10 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             c1.numbers[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = q.ratio
             c1.intervals[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = (q.low, q.high)
             phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {q.low:.2f}-{q.high:.2f})"
-            if not _overlap(q.low, q.high, low, high):
+            if not _agree((q.ratio, q.low, q.high), (r.speedup, low, high) if spread else None, r.speedup):
                 disagree.append(f"C1 {where}")
                 phrase += (f", but the grid gave {fmt_ratio(r.speedup)}"
-                           + (f" ({fmt_ratio(low)}-{fmt_ratio(high)})" if spread else "") + ", outside it")
+                           + (f" ({fmt_ratio(low)}-{fmt_ratio(high)})" if spread else "") + ", apart from it")
             phrases.append(phrase)
         c1.answer = ("Transformer speed over the width-matched RNN's, teacher-forced forward: " + "; ".join(phrases)
                      + ".")
@@ -170,10 +176,10 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {q.low:.2f}-{q.high:.2f})"
             grid = ranges[ranges.strategy == strategy] if not ranges.empty else ranges
             low, high = (grid.low.iloc[0], grid.high.iloc[0]) if not grid.empty else (ratio, ratio)
-            if not _overlap(q.low, q.high, low, high):
+            if not _agree((q.ratio, q.low, q.high), None if grid.empty else (ratio, low, high), ratio):
                 disagree.append(f"C3 {strategy}")
                 part = part[:-1] + f"; the grid gave {ratio:.2f}×" + (
-                    f" ({low:.2f}-{high:.2f})" if not grid.empty else "") + ", outside it)"
+                    f" ({low:.2f}-{high:.2f})" if not grid.empty else "") + ", apart from it)"
             parts.append(part)
         hi, lo = max(hs)
         heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import pandas as pd
 
+from benchmarks.core.timing import rerun
 from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from .base import fmt_ratio
 
 
-def ratio_interval(first: tuple[float, float], second: tuple[float, float]) -> tuple[float, float]:
-    """The interval of time(second) / time(first) from each time's (low, high): the second's lowest over the
-    first's highest, and its highest over the first's lowest."""
-    return second[0] / first[1], second[1] / first[0]
+def ratio_interval(first: tuple[float, float, float], second: tuple[float, float, float]) -> tuple[float, float]:
+    """The interval of time(second) / time(first) from each time's (value, low, high): where a rerun's ratio
+    lands (``rerun.ratio``: the two intervals' half-widths in quadrature); NaN where either has none."""
+    if any(pd.isna(x) for x in (*first, *second)):
+        return float("nan"), float("nan")
+    return rerun.ratio(first, second)
 
 
 def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
     """How sure the speed-up time(second) / time(first) is, from the two models' time rows (column ``model``):
     ``samples``, the fewest values either time is over (absent when the results do not say), and when that
     is at least MIN_SAMPLES its interval (``speedup_low``, ``speedup_high``) and what it is over
-    (``spread_over``): with both times from MIN_SAMPLES or more processes, the range of the ratio between
-    their lowest and highest processes ("processes"); otherwise the range between the two times' quartiles,
+    (``spread_over``): with both times from MIN_SAMPLES or more processes, where a rerun's ratio lands
+    (``ratio_interval``, "processes"); otherwise the range between the two times' quartiles,
     over rounds of one process ("rounds") or one round's blocks ("blocks")."""
     a, b = (rows[rows.model == m] for m in (first, second))
     samples = pd.concat([a.samples, b.samples])
@@ -31,7 +34,8 @@ def ratio_spread(rows: pd.DataFrame, first: str, second: str) -> dict:
         return out
     processes = pd.concat([a.processes, b.processes]) if "processes" in rows else pd.Series(dtype=float)
     if len(processes) == len(a) + len(b) and processes.notna().all() and processes.min() >= MIN_SAMPLES:
-        low, high = ratio_interval((a.low.median(), a.high.median()), (b.low.median(), b.high.median()))
+        low, high = ratio_interval((a.value.median(), a.low.median(), a.high.median()),
+                                   (b.value.median(), b.low.median(), b.high.median()))
         return {**out, "speedup_low": low, "speedup_high": high, "spread_over": "processes",
                 "processes": int(processes.min())}
     rounds = pd.concat([a.rounds, b.rounds]).dropna()
@@ -57,8 +61,8 @@ def spread_phrase(spread: dict, ratio: float) -> str:
                 "each case R times over the run and gives a range)")
     span = f"{fmt_ratio(spread['speedup_low'])}-{fmt_ratio(spread['speedup_high'])}"
     if spread["spread_over"] == "processes":
-        return (f"; over the {spread['processes']} or more fresh processes each time was measured in, the "
-                f"{fmt_ratio(ratio)} spans {span} (lowest to highest process)")
+        return (f"; from the {spread['processes']} or more fresh processes each time was measured in, a rerun's "
+                f"{fmt_ratio(ratio)} lands in {span} ({rerun.CONFIDENCE:.0%})")
     if spread["spread_over"] == "rounds":
         return (f"; between the two times' quartiles over {least} or more rounds spread over the run, the "
                 f"{fmt_ratio(ratio)} spans {span}")

@@ -228,13 +228,14 @@ class MirroredRounds:
 
     ``workers`` each build every case of ``todo``; a pair's two sides may be one case in two workers (the
     gate: base against head) or two cases in one worker (a verdict's ratio: the RNN against the
-    Transformer). Every SESSION_ROUNDS rounds the workers start afresh (the one started first alternates),
+    Transformer). Every ``session_rounds`` rounds the workers start afresh (the one started first alternates),
     and each side is warmed before it is timed again; a pair's blocks last about ``block_s`` (at least one
     call), sized once from its slower side."""
 
     def __init__(self, workers: list[Worker], todo: list[tuple[str, dict, str]], pairs: list[tuple[Side, Side]],
-                 block_s: float, handover_s: float = 0.0):
+                 block_s: float, handover_s: float = 0.0, session_rounds: int = SESSION_ROUNDS):
         self.workers, self.todo, self.pairs, self.block_s = workers, todo, pairs, block_s
+        self.session_rounds = session_rounds  # rounds per pair of worker processes
         self.handover_s = handover_s  # the pause before a block of another worker than the last block's
         self.ratios: list[list[float]] = [[] for _ in pairs]
         self.sessions: list[list[int]] = [[] for _ in pairs]  # each round's set of worker processes
@@ -273,7 +274,7 @@ class MirroredRounds:
 
     def round(self, r: int) -> None:
         """One round over every pair: a b b a on even rounds, b a a b on odd ones."""
-        if r and r % SESSION_ROUNDS == 0:
+        if r and r % self.session_rounds == 0:
             self.start()
         for p, (a, b) in enumerate(self.pairs):
             if p in self.skipped:
@@ -288,7 +289,7 @@ class MirroredRounds:
                 got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]},
                                                  self.block_timeout())["seconds"])
             self.ratios[p].append(round_ratio(got["a"], got["b"]))
-            self.sessions[p].append(r // SESSION_ROUNDS)
+            self.sessions[p].append(r // self.session_rounds)
             for name in got:
                 self.times[p][name].extend(got[name])
 

@@ -1,0 +1,54 @@
+"""A time measured in several processes (the runner's rounds, each a fresh process): the interval where a
+rerun's median lands, the processes' own range, and their two levels when they ran at two."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from benchmarks.core.timing import measure, rerun
+
+
+def process_logs(rec: dict) -> np.ndarray:
+    """The logs of a record's per-process medians (its rounds, each in a fresh process)."""
+    return np.log([r["median_s"] for r in rec.get("rounds") or () if r.get("median_s")])
+
+
+def priors(kept: list[dict]) -> dict[tuple[str, str], float]:
+    """Per (area, device), the variance of one process's log time typical of the area's cases in this run
+    (``rerun.typical_variance``), from the records timed in several processes."""
+    logs: dict[tuple[str, str], list] = {}
+    for rec in kept:
+        if rec.get("status") == "ok" and (rec.get("processes") or 0) > 1 and len(rec.get("rounds") or ()) > 1:
+            logs.setdefault((rec["area"], rec["params"].get("device")), []).append(process_logs(rec))
+    return {key: v for key, x in logs.items() if (v := rerun.typical_variance(x)) is not None}
+
+
+def spans(rec: dict, prior: float | None = None) -> dict:
+    """A time over the processes it was timed in: ``low``, ``high``, the interval where a rerun's median lands
+    (``benchmarks.core.timing.rerun``: the processes' spread moderated by ``prior``), ``lowest`` and
+    ``highest``, the lowest and highest process's median, how many (``processes``) and, when they ran at two
+    levels, ``modes`` ("8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 processes, 8160 page faults
+    per call"); nothing for a time from one process."""
+    if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
+        return {}
+    logs = process_logs(rec)
+    width = rerun.half_width(logs, prior) if len(logs) > 1 else math.nan
+    if math.isnan(width):  # rounds not kept (older records): the processes' range
+        low, high = rec["time_low_s"], rec["time_high_s"]
+    else:
+        low, high = rerun.interval(rec["time_median_s"], width)
+    out = {"low": low, "high": high, "lowest": rec["time_low_s"], "highest": rec["time_high_s"],
+           "processes": rec["processes"]}
+    modes = measure.modes_of(rec["rounds"]) if rec.get("rounds") else rec.get("modes")  # from what was measured
+    if modes:
+        out["modes"] = "; ".join(mode(m) for m in modes)
+    return out
+
+
+def mode(mode: dict) -> str:
+    text = f"{mode['time_s'] * 1e3:.3g} ms in {mode['processes']} process{'es' if mode['processes'] > 1 else ''}"
+    if mode.get("faults_per_call") is not None:
+        text += f", {mode['faults_per_call']:.0f} page faults per call"
+    return text
