@@ -245,7 +245,10 @@ def _reproducibility(record: dict, name: str, only: list[str] | None, link: str)
              f"{len(runs)} runs of {runs[0]['machine']} ({runs[0]['cpu']}), commit {short_commit(record['commit'])}. "
              f"{s['figures']} figures in every run; {s['outside']} fall outside another run's interval (or "
              f"±{s['tolerance']:.0%} of its value where it states none); of the {s['with_interval']} with an interval "
-             f"in every run, {s['outside_with_interval']} do.", "",
+             f"in every run, {s['outside_with_interval']} do"
+             + (f", in {s['checks_outside']} of {s['checks_with_interval']} checks (95% intervals: about 5% expected); "
+                f"those intervals span ±{s['median_half_width']:.1%} at the median." if s.get("median_half_width")
+                else "."), "",
              "| figure | " + " | ".join(f"run {i}" for i in range(1, len(runs) + 1)) + " | outside |",
              "|---|" + "---|" * len(runs) + "---|"]
     for f in record["figures"]:

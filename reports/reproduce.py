@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
 import pandas as pd
 
 from benchmarks.core.timing import rerun
@@ -88,6 +89,8 @@ def table(runs: list[dict]) -> pd.DataFrame:
         pairs = [(i, j) for i in range(len(got)) for j in range(len(got)) if i != j]
         row["outside"] = sum(not agrees(got[i][0], got[j]) for i, j in pairs)
         row["pairs"] = len(pairs)
+        if row["interval"]:  # how wide the runs said it is: the median of their half-widths, relative
+            row["half_width"] = float(np.median([math.sqrt(high / low) - 1 for _, low, high in got if low > 0]))
         row["spread"] = max(v for v, _, _ in got) / min(v for v, _, _ in got) - 1 if min(
             v for v, _, _ in got) > 0 else float("nan")
         rows.append(row)
@@ -101,6 +104,7 @@ def summary(t: pd.DataFrame) -> dict:
     return {"figures": len(t), "with_interval": len(with_interval),
             "outside": int((t.outside > 0).sum()), "outside_with_interval": int((with_interval.outside > 0).sum()),
             "checks_with_interval": int(with_interval.pairs.sum()),
+            "median_half_width": float(with_interval.half_width.median()) if len(with_interval) else None,
             "checks_outside": int(with_interval.outside.sum()), "tolerance": TOLERANCE}
 
 
@@ -110,7 +114,9 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
              f"{s['figures']} figures in every run; {s['outside']} fall outside another run's interval (or ±"
              f"{TOLERANCE:.0%} where it states none); of the {s['with_interval']} with an interval in every run, "
              f"{s['outside_with_interval']} do, in {s['checks_outside']} of {s['checks_with_interval']} checks "
-             f"(95% intervals: about 5% expected).", ""]
+             f"(95% intervals: about 5% expected)"
+             + (f"; those intervals span ±{s['median_half_width']:.1%} at the median." if s["median_half_width"]
+                is not None else "."), ""]
     shown = t.sort_values(["outside", "interval"], ascending=False)
     columns = ["figure"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):

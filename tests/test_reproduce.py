@@ -24,7 +24,9 @@ def test_runs_that_agree_within_their_intervals_have_nothing_outside():
     t = reproduce.table(runs)
     assert list(t.outside) == [0, 0] and list(t.pairs) == [6, 6]
     assert reproduce.summary(t) == {"figures": 2, "with_interval": 1, "outside": 0, "outside_with_interval": 0,
-                                    "checks_with_interval": 6, "checks_outside": 0, "tolerance": reproduce.TOLERANCE}
+                                    "checks_with_interval": 6, "checks_outside": 0,
+                                    "median_half_width": pytest.approx(0.05, abs=0.003),
+                                    "tolerance": reproduce.TOLERANCE}
 
 
 def test_a_figure_outside_another_runs_interval_is_counted_each_way():
