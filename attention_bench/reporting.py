@@ -11,7 +11,20 @@ import sys
 import pandas as pd
 
 from benchmarks.core import guards, records
-from reports import asv_paired, asv_site, claims, columns, html, measured, predict, publish, ranges, reproduce, tidy
+from reports import (
+    asv_paired,
+    asv_site,
+    claims,
+    columns,
+    explained,
+    html,
+    measured,
+    predict,
+    publish,
+    ranges,
+    reproduce,
+    tidy,
+)
 from reports.analyses import hardware, noise
 from reports.analyses.runs import one_machine_per_run
 from reports.html import MISSING, displayable
@@ -58,13 +71,18 @@ def _print_differences(folders: list[str]) -> None:
     if len(folders) < 2:
         return
     runs = [reproduce.figures(f) for f in folders]
-    for other in runs[1:]:
-        d = reproduce.differences(runs[0], other)
+    for folder, other in zip(folders[1:], runs[1:], strict=True):
+        scaled = explained.predicted_table(folders[0], folder)
+        predicted = reproduce.figures(folders[0], scaled) if scaled is not None else None
+        d = reproduce.differences(runs[0], other, predicted["figures"] if predicted else None)
         if d.empty:
             continue
         print(f"\n{other['run']} ({other['machine']}) against {runs[0]['run']} ({runs[0]['machine']}), figure by "
               f"figure: {int((d.verdict == 'differs').sum())} of {len(d)} differ, the rest are the same within the "
-              f"noise (each run's interval, or ±{reproduce.TOLERANCE:.0%} where it states none):")
+              f"noise (each run's interval, or ±{reproduce.TOLERANCE:.0%} where it states none)"
+              + ("; predicted change: the first run's cases priced with both machines' measured constants "
+                 "(reports/explained.py)" if predicted else "; no predicted change: a run without measured "
+                 "constants") + ":")
         with pd.option_context("display.max_rows", None, "display.width", 250, "display.max_colwidth", 60):
             print(displayable(d.sort_values("verdict")).to_string(index=False, na_rep=MISSING,
                                                                   float_format=lambda v: f"{v:.4g}"))

@@ -32,16 +32,18 @@ TOLERANCE = 0.05
 NOT_PER_RUN = ("hardware",)
 
 
-def figures(folder: str) -> dict:
+def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
     """One run folder's figures: {"run", "machine", "cpu", "commit", "figures": {key: (value, low, high)}},
-    each key ``<analysis>.<number>``, low and high None where the run states no interval."""
+    each key ``<analysis>.<number>``, low and high None where the run states no interval; from ``table``
+    instead of the folder's cases where given (without its profiles and pairs: ``explained``)."""
     if not os.path.isfile(os.path.join(folder, "machine.json")):
         raise ValueError(f"{folder!r} is not a run folder (no machine.json): name folders that "
                          "attention-bench run measured")
-    table = tidy.load([folder])
+    own = table is None
+    table = tidy.load([folder]) if own else table
     machine = next(iter(dict.fromkeys(table.machine.dropna())), None)
-    analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)),
-                       tidy.load_pairs([folder], machine))
+    analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)) if own else None,
+                       tidy.load_pairs([folder], machine) if own else [])
     found = {}
     for a in (ranges.check(a) for a in analyses if a.key not in NOT_PER_RUN):
         for key, value in a.numbers.items():
@@ -124,10 +126,12 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def differences(first: dict, other: dict) -> pd.DataFrame:
+def differences(first: dict, other: dict, predicted: dict | None = None) -> pd.DataFrame:
     """Figure by figure, run ``other`` against run ``first`` (any machines): both values with their intervals
     and ``verdict``: "differs" when they are apart (``rerun.apart``), or, where a run states none, when neither
-    value agrees with the other run's figure (``agrees``); else "same within the noise"."""
+    value agrees with the other run's figure (``agrees``); else "same within the noise". With ``predicted``
+    (``figures`` of the first run's cases as the other machine would run them, ``explained``), the change the
+    performance model predicts from the two machines' constants beside the change measured."""
     rows = []
     for key, a in first["figures"].items():
         if key not in other["figures"]:
@@ -137,6 +141,8 @@ def differences(first: dict, other: dict) -> pd.DataFrame:
         rows.append({"figure": key, "first": a[0], "first interval": None if a[1] is None else f"{a[1]:.4g}-{a[2]:.4g}",
                      "second": b[0], "second interval": None if b[1] is None else f"{b[1]:.4g}-{b[2]:.4g}",
                      "change": b[0] / a[0] - 1 if a[0] else float("nan"),
+                     **({"predicted change": predicted[key][0] / a[0] - 1 if a[0] and key in predicted else
+                         float("nan")} if predicted is not None else {}),
                      "verdict": "same within the noise" if same else "differs"})
     return pd.DataFrame(rows)
 

@@ -9,7 +9,7 @@ import pytest
 from run_helpers import PLAN, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
-from reports import reproduce
+from reports import explained, reproduce
 
 
 def _run(name, machine="vm", **figures):
@@ -78,3 +78,26 @@ def test_compare_says_per_figure_whether_two_runs_differ_or_are_the_same_within_
     assert d.loc["w", "verdict"] == "differs"  # the intervals overlap (2.4-2.5), yet 30% is beyond them
     far = reproduce.differences(_run("a", y=(1.00, None, None)), _run("b", y=(1.07, None, None)))
     assert far.verdict.iloc[0] == "differs"  # 7% without an interval
+
+
+def test_compare_puts_the_change_the_constants_predict_beside_the_change_measured(tmp_path, capsys, fake_peaks):
+    first = measured_run(tmp_path / "one")
+    second = str(tmp_path / "two")
+    shutil.copytree(first, second)
+    assert explained.factors(first, second) and set(explained.factors(first, second).values()) == {1.0}
+    meta = os.path.join(second, "machine.json")
+    saved = json.load(open(meta))
+    for c in saved["constants"].values():  # a machine whose kernels run 10x faster, its host costs the same
+        for kernel in c["kernels"].values():
+            kernel["flops_per_s"] = [r * 10 for r in kernel["flops_per_s"]]
+    json.dump(saved, open(meta, "w"))
+    f = explained.factors(first, second)
+    by_model = {dict(params)["model"]: v for (_, method, params), v in f.items() if method == "forward"}
+    assert all(0 < v < 1 for v in f.values()) and by_model["transformer"] != by_model["rnn-width"]
+    predicted = reproduce.figures(first, explained.predicted_table(first, second))
+    d = reproduce.differences(reproduce.figures(first), reproduce.figures(second), predicted["figures"])
+    row = d.set_index("figure").loc["c1_length.speedup_cpu_tiny_n16"]
+    assert row.change == 0  # the same cases measured: nothing moved...
+    assert row["predicted change"] == pytest.approx(by_model["rnn-width"] / by_model["transformer"] - 1)  # ...the model
+    assert attention_bench(["compare", first, second, "--report", str(tmp_path / "report")]) == 0
+    assert "predicted change" in capsys.readouterr().out
