@@ -111,11 +111,15 @@ def run(gate: Gate, threshold: float, budget: float, progress: bool, precision: 
         ) -> tuple[int, bool]:
     """Rounds until every case is decided (after MIN_ROUNDS) or the budget is spent: (rounds, decided). Decided:
     a verdict against ``threshold``; with ``precision``, an interval no wider than that (high / low - 1), which a
-    history needs to tell one commit's ratio from the next's, whatever the verdict."""
+    history needs to tell one commit's ratio from the next's, whatever the verdict: a case that has it is not
+    timed again, and the rounds go to the cases still wider."""
+
+    def precise(e) -> bool:
+        return e.high / e.low - 1 <= precision
 
     def decided(estimates) -> bool:
         if precision is not None:
-            return all(e.high / e.low - 1 <= precision for e in estimates if e is not None)
+            return all(precise(e) for e in estimates if e is not None)
         return all(e.verdict(threshold) != "inconclusive" for e in estimates if e is not None)
 
     def say(r, estimates, seconds):
@@ -123,7 +127,8 @@ def run(gate: Gate, threshold: float, budget: float, progress: bool, precision: 
         print(f"\rround {r}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v))
               + f" ({seconds:.0f} s of {budget:g})", end="", file=sys.stderr, flush=True)
 
-    rounds = gate.run(decided, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None)
+    rounds = gate.run(decided, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None,
+                      settled=None if precision is None else precise)
     if progress:
         print(file=sys.stderr)
     return rounds, decided(gate.estimates())

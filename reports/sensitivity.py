@@ -123,6 +123,13 @@ HISTORY_RECORDS = (os.path.join("results", "history", "history-vs-asv.json"),
                    os.path.join("docs", "measured", "*history-vs-asv*.json"))
 
 
+def step_sizes(record: dict) -> tuple[str, str]:
+    """The synthetic history's slowdown at commit 4 and speed-up at commit 8, from its spins (``factors``), as
+    per cents to a tenth ("10%", "4.8%")."""
+    f = record["factors"]
+    return tuple(f"{x:.1%}".replace(".0%", "%") for x in ((1 + f[4]) / (1 + f[3]) - 1, 1 - (1 + f[8]) / (1 + f[7])))
+
+
 def _named(score: dict, step: str) -> str:
     share = next((v for k, v in score["found"].items() if k.startswith(step + " ")), None)
     return "-" if share is None else f"{share:.0%}"
@@ -140,12 +147,13 @@ def history_table(record: dict) -> pd.DataFrame:
     names = {"paired": f"attention-bench history (paired; threshold {record['threshold']:.0%})",
              "asv": f"asv run {record['asv_setting']}: asv's step detection",
              "asv regressions list": f"asv run: asv's regressions list ({record['asv_regression_threshold']:.0%})"}
+    up, down = step_sizes(record)
     for key in _score_order(record):
         score = record["scores"][key]
         rows.append({"method": names.get(key, key), "cases": score["cases"],
-                     "10% slowdown at commit 4: named in": _named(score, "4"),
-                     "5% speed-up at commit 8: named in": "- (lists slowdowns only)" if key == "asv regressions list"
-                     else _named(score, "8"),
+                     f"{up} slowdown at commit 4: named in": _named(score, "4"),
+                     f"{down} speed-up at commit 8: named in": "- (lists slowdowns only)"
+                     if key == "asv regressions list" else _named(score, "8"),
                      "false steps": len(score["false_steps"]), "time": took["asv" if key.startswith("asv") else key]})
     return pd.DataFrame(rows)
 
@@ -159,9 +167,11 @@ def history_summary(record: dict, name: str, link: str) -> list[str]:
             + f", {row['false steps']} false" for key, (_, row) in zip(_score_order(record), table.iterrows(),
                                                                        strict=True)]
     paired = record["results"].get("paired", {}).get("seconds_per_timed_commit") or [0]
+    up, down = step_sizes(record)
     return [f"On a synthetic ten-commit history ([`{name}`]({link}), {machine_line(record['machine'])}; equation "
-            f"(1)'s {record['cases']} CPU forward cases, 10% slower at commit 4, 5% faster at commit 8), the share of "
-            "the cases naming each step: " + "; ".join(said) + f" ({statistics.median(paired):.0f} s a commit paired)."]
+            f"(1)'s {record['cases']} CPU forward cases, {up} slower at commit 4, {down} faster at commit 8), the "
+            "share of the cases naming each step: " + "; ".join(said)
+            + f" ({statistics.median(paired):.0f} s a commit paired)."]
 
 
 def _score_order(record: dict) -> list[str]:
@@ -171,7 +181,8 @@ def _score_order(record: dict) -> list[str]:
 
 def history_caption(record: dict) -> str:
     return (f"{machine_line(record['machine'])}, {record['generated'][:16]}, commit {short_commit(record['commit'])}: "
-            f"ten commits of equation (1)'s module, a 10% slowdown at commit 4 and a 5% speed-up at commit 8 (a spin "
+            f"ten commits of equation (1)'s module, a {step_sizes(record)[0]} slowdown at commit 4 and a "
+            f"{step_sizes(record)[1]} speed-up at commit 8 (a spin "
             f"for a share of each call's own time), the others changing only a comment; the attention area's "
             f"{record['cases']} CPU forward cases; the history's budget {record['budget_s']:g} s a commit")
 

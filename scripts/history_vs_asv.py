@@ -3,8 +3,9 @@ steps each names, true and false.
 
 In a throw-away clone of this repository it commits, on top of HEAD, ten commits that each change equation (1)'s
 module: every one makes the attention call spin for a fraction of its own elapsed time after it (so the work scales
-with the machine's speed), 5% up to commit 3, then a 10% slowdown at commit 4 and a 5% speed-up at commit 8
-(``FACTORS``); the other commits change only a comment and the speed not at all. Then:
+with the machine's speed), 5% up to commit 3, then a 10% slowdown at commit 4 and a 4.8% speed-up at commit 8
+(``factors``; ``--step`` sets the slowdown, the speed-up half of it); the other commits change only a comment
+and the speed not at all. Then:
 
 - ``attention-bench history`` over the ten commits (the first the reference), on the attention area's CPU forward
   cases of the quick grid: its steps (``history.steps`` at ``--threshold``);
@@ -15,7 +16,7 @@ with the machine's speed), 5% up to commit 3, then a 10% slowdown at commit 4 an
 A step is true at commit 4 (up) and commit 8 (down); any other is false. The record (kind ``history-vs-asv``) holds
 every case's steps for both, what each took, and is rendered by ``attention-bench measured``.
 
-    .venv/bin/python scripts/history_vs_asv.py [--budget 60] [--threshold 0.03] [--record FILE]
+    .venv/bin/python scripts/history_vs_asv.py [--budget 60] [--threshold 0.03] [--step 0.10] [--record FILE]
 
 Needs a clean commit to clone: run it after committing.
 """
@@ -41,22 +42,33 @@ from reports import asv_paired, measured  # noqa: E402
 from scripts.check_regression_detection import BENCH  # noqa: E402
 from scripts.gate_sensitivity import SPIN, sh  # noqa: E402
 
-#: each commit's spin (a fraction of the call's time): +10% at commit 4 (1.155 / 1.05), -5% at commit 8 (1.10 / 1.155)
-FACTORS = (0.05, 0.05, 0.05, 0.05, 0.155, 0.155, 0.155, 0.155, 0.10, 0.10)
+#: the slowdown at commit 4 unless --step says otherwise; the speed-up at commit 8 is half of it
+STEP = 0.10
 TRUE_STEPS = {4: "up", 8: "down"}
+
+
+def factors(step: float = STEP) -> tuple[float, ...]:
+    """Each commit's spin (a fraction of the call's time): 5% up to commit 3, ``step`` slower from commit 4
+    (1.05 x (1 + step)), half of that faster from commit 8; at the default, 0.05, 0.155 and 0.10."""
+    up = 1.05 * (1 + step)
+    return (0.05,) * 4 + (up - 1,) * 4 + (up / (1 + step / 2) - 1,) * 2
+
+
+FACTORS = factors()
 ASV_SETTING = "-a rounds=4 --interleave-rounds"
 #: asv's default threshold for its regressions list (asv.conf.json's ``regressions_thresholds``)
 ASV_REGRESSION_THRESHOLD = 0.05
 RECORD = os.path.join("results", "history", "history-vs-asv.json")
 
 
-def make_history(repo: str, base: str) -> list[str]:
-    """The ten commits on top of ``base``, each setting equation (1)'s spin to its FACTORS entry; their hashes."""
+def make_history(repo: str, base: str, spins: tuple[float, ...] = FACTORS) -> list[str]:
+    """The ten commits on top of ``base``, each setting equation (1)'s spin to its ``spins`` entry; their
+    hashes."""
     path = os.path.join(repo, "transformer", "attention.py")
     with open(path) as f:
         original = f.read()
     made = []
-    for i, x in enumerate(FACTORS):
+    for i, x in enumerate(spins):
         with open(path, "w") as f:
             f.write(original + SPIN.format(x=x) + f"\n# synthetic history commit {i}\n")
         sh("git", "-c", "user.name=check", "-c", "user.email=check@localhost", "commit", "-qam",
@@ -132,6 +144,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/history_vs_asv.py", description=__doc__.split("\n\n")[0])
     options.add(p, "--budget", "--record", "--threshold")
     p.add_argument("--no-asv", action="store_true", help="time the paired history only")
+    p.add_argument("--step", type=float, default=STEP, metavar="FRACTION",
+                   help=f"the slowdown at commit 4 (default {STEP:g}); commit 8 speeds up by half of it")
     return p
 
 
@@ -139,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     args = (parser_ := parser()).parse_args(argv)
     args.record = args.record or RECORD
     try:
+        if not 0 < args.step < 1:
+            raise ValueError(f"--step {args.step}: give a fraction between 0 and 1, e.g. 0.03 for a 3% slowdown")
         records.check_record_path(args.record, "history-vs-asv")
         guards.writable_file(args.record, "--record")
     except ValueError as error:
@@ -148,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sh("git", "clone", "-q", ROOT, repo, cwd=work)
         base = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
-        made = make_history(repo, base)
+        made = make_history(repo, base, factors(args.step))
         out = {"paired": paired(repo, base, made, args.budget, args.threshold, os.path.join(work, "history"))}
         print(f"paired: {score(out['paired']['steps'])}, {out['paired']['seconds']:.0f} s", flush=True)
         if not args.no_asv:
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{out['asv']['seconds']:.0f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    measured.save(args.record, "history-vs-asv", base, None, factors=list(FACTORS), true_steps=TRUE_STEPS,
+    measured.save(args.record, "history-vs-asv", base, None, factors=list(factors(args.step)), true_steps=TRUE_STEPS,
                   threshold=args.threshold, budget_s=args.budget, asv_setting=ASV_SETTING,
                   asv_regression_threshold=ASV_REGRESSION_THRESHOLD, cases=len(cases.select(
                       "attention", "quick", device="cpu")), results=out,

@@ -90,6 +90,24 @@ def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_fir
     assert g.calls == [round(gate.BLOCK_S / 0.01)] and len(g.ratios[0]) == mirrored.SESSION_ROUNDS + 2
 
 
+def test_a_pair_settled_is_left_out_of_later_rounds_and_the_others_go_on():
+    from benchmarks import gate
+
+    log = []
+    todo = [("attention", {"n": 1}, "forward"), ("attention", {"n": 2}, "forward")]
+    g = gate.Gate(todo, FakeWorker("base", log), FakeWorker("head", log))
+    g.start()
+    asked = []  # the first pair's estimate is the first asked about: it alone is settled
+
+    def settled(estimate):
+        asked.append(estimate)
+        return len(asked) == 1
+
+    rounds = g.run(lambda estimates: False, 60.0, 4, 8, settled=settled)
+    assert rounds == 8 and g.settled == {0}
+    assert len(g.ratios[0]) == 4 and len(g.ratios[1]) == 8  # settled at round 4, when first asked
+
+
 # -- the command, on a throw-away clone -----------------------------------------------------------
 
 def clone(tmp_path, change: str | None = None) -> tuple[str, str]:

@@ -184,7 +184,8 @@ def test_a_history_times_until_its_intervals_are_narrow_not_until_a_verdict():
         def __init__(self, estimates):
             self.estimates_now = estimates
 
-        def run(self, decided, *args):
+        def run(self, decided, *args, settled=None):
+            self.settled = settled
             return 7
 
         def estimates(self):
@@ -195,6 +196,9 @@ def test_a_history_times_until_its_intervals_are_narrow_not_until_a_verdict():
     assert gate.run(Timed(wide), 0.03, 10, False) == (7, True)
     assert gate.run(Timed(wide), 0.03, 10, False, precision=0.03) == (7, False)
     assert gate.run(Timed(narrow), 0.03, 10, False, precision=0.03) == (7, True)
+    timed = Timed(wide)
+    gate.run(timed, 0.03, 10, False, precision=0.03)  # a case within the precision is timed no more
+    assert timed.settled(narrow[0]) and not timed.settled(wide[0])
 
 
 def test_a_comparison_says_how_it_ended_in_the_terms_it_timed_to():

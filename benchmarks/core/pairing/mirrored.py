@@ -242,6 +242,7 @@ class MirroredRounds:
         self.times: list[dict[str, list[float]]] = [{"a": [], "b": []} for _ in pairs]
         self.calls: list[int] = []
         self.skipped: dict[int, str] = {}
+        self.settled: set[int] = set()  # pairs timed enough: left out of later rounds (``run``'s ``settled``)
         self.session = -1
         self.deadline = math.inf  # when the budget of ``run`` ends (time.monotonic)
         self._last: Worker | None = None  # the worker that timed the last block
@@ -277,7 +278,7 @@ class MirroredRounds:
         if r and r % self.session_rounds == 0:
             self.start()
         for p, (a, b) in enumerate(self.pairs):
-            if p in self.skipped:
+            if p in self.skipped or p in self.settled:
                 continue
             first, second = ("a", "b") if r % 2 == 0 else ("b", "a")
             got = {"a": [], "b": []}
@@ -309,11 +310,12 @@ class MirroredRounds:
         for worker in self.workers:
             worker.stop()
 
-    def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None) -> int:
+    def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None, settled=None) -> int:
         """Rounds until ``done(estimates)`` (asked every other round from ``min_rounds`` on), the ``budget``
         (seconds) is spent (after FEWEST_ROUNDS at least) or ``max_rounds`` are measured;
-        ``progress(rounds, estimates, seconds)`` is told each time the estimates are made. Returns the rounds
-        measured."""
+        ``progress(rounds, estimates, seconds)`` is told each time the estimates are made. With ``settled``
+        (an estimate -> bool), a pair whose estimate it accepts from ``min_rounds`` on is left out of later
+        rounds, so that the budget goes to the pairs still short of it. Returns the rounds measured."""
         started, r = time.monotonic(), 0
         self.deadline = started + budget
         while r < max_rounds:
@@ -324,6 +326,8 @@ class MirroredRounds:
             if not out_of_time and (r < min_rounds or r % 2):
                 continue  # the bootstrap costs a little: every other round is soon enough
             estimates = self.estimates()
+            if settled is not None and r >= min_rounds:
+                self.settled |= {p for p, e in enumerate(estimates) if e is not None and settled(e)}
             if progress:
                 progress(r, estimates, time.monotonic() - started)
             if out_of_time or r >= min_rounds and done(estimates):
