@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     measured.save(args.record, "history-vs-asv", base, None, factors=list(factors(args.step)), true_steps=TRUE_STEPS,
-                  threshold=args.threshold, budget_s=args.budget, asv_setting=ASV_SETTING,
+                  threshold=args.threshold, budget_s=args.budget, asv_setting=None if args.no_asv else ASV_SETTING,
                   asv_regression_threshold=ASV_REGRESSION_THRESHOLD, cases=len(cases.select(
                       "attention", "quick", device="cpu")), results=out,
                   scores={k: score(v["steps"]) for k, v in out.items()}
