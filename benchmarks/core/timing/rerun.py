@@ -17,6 +17,7 @@ about 1%, each case on its own by about 5% on a 2-core VM), so the two are indep
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -27,6 +28,7 @@ CONFIDENCE = 0.95
 PRIOR_DOF = 4
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, dof: float) -> float:
     """Student's t quantile (0.5 < p < 1): the CDF, integrated from the density by Simpson's rule, inverted
     by bisection."""
@@ -65,7 +67,8 @@ def typical_variance(logs: list[np.ndarray]) -> float | None:
 def half_width(logs: np.ndarray, prior: float | None, of: str = "median") -> float:
     """Half the interval's width in log units around the figure ``of`` ``logs`` (the samples' logs): "median"
     (its standard error about sqrt(pi / (2k + 1)) x sigma: 0.670 at k = 3, 0.534 at 5, exact within 1% for
-    normal samples) or "mean" (1 / sqrt(k)). NaN without two samples or a prior."""
+    normal samples) or "mean" (1 / sqrt(k)). Without a prior, from the samples' own variance alone (k - 1 dof);
+    NaN with fewer than two samples and no prior."""
     logs = np.asarray(logs, dtype=float)
     k = len(logs)
     own = float(np.var(logs, ddof=1)) if k > 1 else 0.0
