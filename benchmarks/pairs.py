@@ -132,8 +132,8 @@ class PairRounds(MirroredRounds):
         """Each pair's ratio (the trimmed mean of its rounds, ``mirrored.estimate``) with the interval where a
         rerun's lands (``rerun.half_width`` of its sessions' mean log ratios, moderated by the variance typical
         of this run's pairs); a pair timed in one session keeps its rounds' bootstrap interval."""
-        means = [np.array([np.log(r)[np.asarray(s) == k].mean() for k in dict.fromkeys(s)])
-                 for r, s in zip(self.ratios, self.sessions, strict=True)]
+        logs = [(np.log(r), np.asarray(s)) for r, s in zip(self.ratios, self.sessions, strict=True)]
+        means = [np.array([x[s == k].mean() for k in dict.fromkeys(s)]) for x, s in logs]
         prior = rerun.typical_variance([m for m in means if len(m) > 1])
         out = []
         for p, est in enumerate(super().estimates()):

@@ -15,7 +15,7 @@ import os
 
 import pandas as pd
 
-from benchmarks.core.hardware import perfmodel
+from benchmarks.core.hardware import machine, perfmodel
 from benchmarks.core.records import read_json
 
 from . import tidy
@@ -26,17 +26,11 @@ SCALED_TIMES = ("time", "time_normalised", "time_best_round")
 SCALED_COLUMNS = ("value", "q25", "q75", "iqr", "low", "high", "lowest", "highest")
 
 
-def constants_of(folder: str) -> dict[str, perfmodel.Constants]:
-    """A run folder's measured constants by ``machine.peak_key``; {} when it has none."""
-    saved = read_json(os.path.join(folder, "machine.json"))
-    return {key: perfmodel.Constants.measured(c) for key, c in (saved.get("constants") or {}).items()}
-
-
 def factors(first: str, other: str) -> dict[tuple, float]:
     """Per case and method of ``first`` (area, method and its params as sorted items): the predicted time on
     ``other``'s machine over the predicted time on ``first``'s, for each record with operators and constants
     at its key on both machines."""
-    mine, theirs = constants_of(first), constants_of(other)
+    mine, theirs = (tidy.constants_of(read_json(os.path.join(f, "machine.json"))) for f in (first, other))
     out = {}
     for rec in tidy.counted(first)[1]:
         key = peak_key(rec)
@@ -60,7 +54,7 @@ def predicted_table(first: str, other: str) -> pd.DataFrame | None:
     gemm = t.metric == "gemm_peak_flops_per_s"
     for i in t.index[gemm]:  # fractions of peak over the other machine's measured peak
         r = t.loc[i]
-        key = f"{r.device}/{r.dtype}/{'default' if pd.isna(r.threads) else int(r.threads)}"
+        key = machine.peak_key(r.device, r.dtype, None if pd.isna(r.threads) else int(r.threads))
         t.loc[i, "value"] = peaks.get(key, math.nan)
     keep = gemm & t.value.notna()  # the model's own rows (its constants, its predictions) stay out: no circle
     for (area, method, params), f in scale.items():

@@ -34,8 +34,8 @@ from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
 from .peaks import impossible, peak_key, peaks_of, too_low
 
-__all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "counted", "from_asv",
-           "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
+__all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "constants_of", "counted",
+           "from_asv", "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -98,7 +98,7 @@ def from_runner(folder: str) -> pd.DataFrame:
         key = peak_key(rec)
         rows.extend(_runner_rows(rec, base, peaks.get(key), calibrated.get(key),
                                  priors.get((rec["area"], rec["params"].get("device")))))
-    models = _constants(saved)
+    models = constants_of(saved)
     rows.extend(_constant_rows(saved, base))
     for rec in kept:
         rows.extend(_predicted_rows(rec, base, models.get(_constants_key(rec, saved))))
@@ -119,7 +119,7 @@ def _constants_key(rec: dict, saved: dict) -> str:
     return key.replace("/default", f"/{saved['machine'].get('torch_threads')}") if key.startswith("cpu/") else key
 
 
-def _constants(saved: dict) -> dict[str, perfmodel.Constants]:
+def constants_of(saved: dict) -> dict[str, perfmodel.Constants]:
     """machine.json's measured constants (``constants_cache.this_machine``) as the performance model's."""
     return {key: perfmodel.Constants.measured(c) for key, c in (saved.get("constants") or {}).items()}
 
