@@ -39,6 +39,14 @@ def test_processes_that_disagree_beyond_their_own_spread_are_two_modes():
     assert measure.modes_of([_round(0.010, 0.2, 1), _round(0.013, 0.2, 2), _round(0.0131, 0.2, 3)]) is None
 
 
+def test_processes_of_one_block_each_measure_no_spread_and_are_two_modes_only_when_their_faults_split():
+    # a slow call timed once per process: its IQR of 0 says nothing of how much a process's time varies
+    single = [{**_round(t, 0.0, pid), "blocks": 1} for pid, t in enumerate((0.160, 0.141, 0.145))]
+    assert measure.modes_of(single) is None
+    split = [{**r, "faults_per_call": f} for r, f in zip(single, (9000, 100, 120), strict=True)]
+    assert [m["processes"] for m in measure.modes_of(split)] == [2, 1]
+
+
 def test_processes_split_by_page_faults_are_two_modes_though_their_blocks_are_spread():
     # math attention at n = 128: one process's allocator keeps its score buffers, the others' give them back
     rounds = [_round(0.016, 0.02, 1, 8160), _round(0.0089, 0.33, 2, 51), _round(0.0162, 0.02, 3, 8160)]
@@ -212,3 +220,49 @@ def test_a_saved_run_names_its_planned_rounds_and_the_most_any_case_got():
     assert measured._run_rounds({"rounds": 5, "rounds_planned": 3}) == ", 3 rounds (up to 5 where processes disagreed)"
     assert measured._run_rounds({"rounds": 3, "rounds_planned": 3}) == ", 3 rounds"
     assert measured._run_rounds({"rounds": 1}) == ", 1 round" and measured._run_rounds({"rounds": None}) == ""
+
+
+@pytest.mark.slow
+def test_a_rounds_process_ends_when_the_run_that_started_it_is_killed(tmp_path):
+    """A run killed by a signal (no exit handler runs) takes its round's process with it, instead of leaving it
+    measuring for minutes with nobody to read its records."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys, time; from benchmarks.core.running import runner\n"
+              "r = runner.Runner(sys.argv[1], min_run_time=30, name='vm', rounds=2)\n"
+              "r.peaks = {}\n"
+              "r.round_in_process([('models', {'model': 'transformer', 'preset': 'tiny', 'seq_len': 16, 'batch': 8,"
+              " 'device': 'cpu'})], 1, False)\n")
+    from run_helpers import ROOT
+
+    run = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run")], cwd=ROOT)
+    deadline = time.time() + 120
+    while time.time() < deadline and not _round_process(run.pid):
+        time.sleep(0.1)
+    (kid,) = _round_process(run.pid)
+    time.sleep(3)  # it is measuring (30 s of timing asked for)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists(f"/proc/{kid}") and "Z" not in _state(kid):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{kid}") or "Z" in _state(kid), "the round's process outlived its run"
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _round_process(parent: int) -> list[int]:
+    """The round's process among ``parent``'s children (multiprocessing also starts its resource tracker)."""
+    try:
+        kids = map(int, open(f"/proc/{parent}/task/{parent}/children").read().split())
+        return [k for k in kids if b"spawn_main" in open(f"/proc/{k}/cmdline", "rb").read()]
+    except OSError:
+        return []

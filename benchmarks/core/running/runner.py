@@ -50,6 +50,7 @@ from ..records import (
     write_json_atomic,
 )
 from ..timing import measure
+from . import child
 from .run_summary import NOISY, summary  # noqa: F401 (NOISY: the page's threshold too)
 
 
@@ -180,7 +181,8 @@ class Runner:
         sources = saved.get("constants_source", {}) if kept else {}
         fresh_constants = constants_cache.this_machine(threads, kept, self.quick_constants, self.recalibrate,
                                                           sources)
-        write_json_atomic(path, {"machine": machine.metadata(), "gemm_peaks": peaks, "calibrations": calibrations,
+        facts = machine.metadata()
+        write_json_atomic(path, {"machine": facts, "gemm_peaks": peaks, "calibrations": calibrations,
                                  "constants": {**fresh_constants, **kept}, "constants_source": sources,
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
         return peaks
@@ -242,7 +244,8 @@ class Runner:
             try:
                 peak = peaks.get(machine.peak_key(case.device, case.dtype, case.threads))
                 metrics = measure.measure(case, method, min_run_time=self.min_run_time / self.rounds, peak=peak,
-                                          telemetry_time=self.telemetry_time, previous=previous)
+                                          telemetry_time=self.telemetry_time, previous=previous,
+                                          identity={"area": area, "params": params})
                 records.append(self.write(area, method, params, "ok", None, started, metrics, previous))
             except Exception as error:
                 status, reason = classify_failure(error)
@@ -333,7 +336,8 @@ class Runner:
         stops both (the process's records so far are whole); a process that dies is said on stderr, and its
         cases keep the rounds they have (a resumed run measures the rest)."""
         process = multiprocessing.get_context("spawn").Process(
-            target=_measure_round, args=(self.settings(), self.peaks, remaining, round_, progress), daemon=True)
+            target=_measure_round, args=(self.settings(), self.peaks, remaining, round_, progress, os.getpid()),
+            daemon=True)
         process.start()
         try:
             process.join()
@@ -364,9 +368,11 @@ EXTRA_ROUNDS = 2
 
 
 def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tuple[str, dict]], round_: int,
-                   progress: bool) -> None:
+                   progress: bool, parent: int | None = None) -> None:
     """A round's process (``Runner.round_in_process``): round ``round_`` of ``remaining``, with the peaks the
-    run calibrated, each record written as its case ends."""
+    run calibrated, each record written as its case ends; it ends with the run's process ``parent``."""
+    if parent is not None:
+        child.end_with(parent, EXIT_INTERRUPTED)
     runner = Runner(**settings)
     runner.peaks = peaks
     try:

@@ -26,7 +26,7 @@ from ...area import Prepared, Skip, using_threads
 from .. import opgraph
 from ..hardware import constants
 from ..hardware.machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share, threads_left_alone
-from . import telemetry
+from . import graph_cache, telemetry
 
 #: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
 #: seconds just before and just after the method, at the method's thread count. A shared machine's
@@ -159,8 +159,9 @@ def combined(rounds: list[dict]) -> dict:
 def modes_of(rounds: list[dict]) -> list[dict] | None:
     """Two levels of a case timed in several processes, or None: the round medians sorted, split at their
     widest gap; two modes when that gap passes MODE_GAP and either MODE_SPREADS times the larger spread
-    (IQR over median of its blocks) of the two rounds beside it, or the page faults per call of the two
-    sides differ as FAULT_PAGES and FAULT_FACTOR say. Each mode: its median time, how many processes
+    (IQR over median of its blocks) of the two rounds beside it, where both timed MIN_SAMPLES blocks or more
+    (fewer measure no spread), or the page faults per call of the two sides differ as FAULT_PAGES and
+    FAULT_FACTOR say. Each mode: its median time, how many processes
     (rounds) ran at it and, where the rounds counted them, their median page faults per call."""
     ordered = sorted(rounds, key=lambda r: r["median_s"])
     gaps = [ordered[i + 1]["median_s"] / ordered[i]["median_s"] - 1 for i in range(len(ordered) - 1)]
@@ -168,9 +169,11 @@ def modes_of(rounds: list[dict]) -> list[dict] | None:
         return None
     at = int(np.argmax(gaps))
     parts = (ordered[: at + 1], ordered[at + 1 :])
-    own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in ordered[at : at + 2])
+    beside = ordered[at : at + 2]
+    own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in beside)
+    known = all(r.get("blocks", MIN_SAMPLES) >= MIN_SAMPLES for r in beside)  # a round of 1 or 2 blocks: no spread
     faults = [_median_faults(part) for part in parts]
-    if gaps[at] <= MODE_GAP or (gaps[at] <= MODE_SPREADS * own and not _fault_split(*faults)):
+    if gaps[at] <= MODE_GAP or ((not known or gaps[at] <= MODE_SPREADS * own) and not _fault_split(*faults)):
         return None
     return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
              **({"faults_per_call": f} if f is not None else {})} for part, f in zip(parts, faults, strict=True)]
@@ -187,11 +190,13 @@ def _fault_split(fast: float | None, slow: float | None) -> bool:
 
 
 def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,
-            telemetry_time: float = 1.0, previous: dict | None = None) -> dict:
+            telemetry_time: float = 1.0, previous: dict | None = None, identity: dict | None = None) -> dict:
     """Every metric of one method of a built case, as a flat dict (one runner record); with this machine's
     GEMM ``peak`` for the case (``machine.calibrate``), its fraction of that peak too. With ``previous``
     (this method's record after its earlier rounds), one more round of timing joins theirs and what is not
-    a time (GPU memory and telemetry) is kept from ``previous``, not measured again."""
+    a time (GPU memory and telemetry) is kept from ``previous``, not measured again. ``identity`` ({"area",
+    "params"}) names the case, so that what its call executes is counted once per version of the code
+    (``graph_cache``)."""
     fn, work, tokens = case.work(method)
     if method == "graph":
         return graph_metrics(case)
@@ -210,9 +215,9 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
         if peak is not None:
             record.update(gemm_peak_flops_per_s=peak, fraction_of_peak=record["achieved_flops_per_s"] / peak)
         if previous is None:  # what the call executes, for the performance model (reports: predicted_time)
-            graph = opgraph.record(fn)
-            record.update(ops=graph.summary(constants.cache_bytes(case.device)),
-                          dispatches={**graph.dispatches, "line": opgraph.count_lines(fn)})
+            ops, dispatches = graph_cache.counted(identity and {**identity, "method": method}, fn,
+                                                  constants.cache_bytes(case.device))
+            record.update(ops=ops, dispatches=dispatches)
         if case.device == "cuda" and previous is None:
             record["gpu_peak_memory_bytes"] = gpu_peak_memory(fn, case.device)
             try:

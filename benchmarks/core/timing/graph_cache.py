@@ -1,0 +1,72 @@
+"""What a case's call executes (its operators and their bytes, its dispatches and its Python lines:
+``benchmarks.core.opgraph``), counted once per version of the code that builds and runs it.
+
+The count is a function of that code, torch's version and the case alone, and costs two more calls, one under
+a dispatch mode and one under a line tracer (``sys.settrace``): about 45 s of the default grid's run on a
+2-core CPU. So a run keeps it in the constants' cache folder (``constants_cache.folder``) under the case, the
+method, torch's version, the cache size its cold bytes are counted against and a digest of every Python file of
+``transformer/`` and ``benchmarks/``, and a later run of the same code reads it instead of counting again.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import opgraph, records
+from ..hardware import constants_cache
+
+#: the packages whose code decides what a case's call executes
+PACKAGES = ("transformer", "benchmarks")
+
+
+#: the folder that holds PACKAGES
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+@functools.lru_cache(maxsize=4)
+def code_digest(root: str = ROOT) -> str:
+    """A digest of every Python file of PACKAGES under ``root`` (paths and contents), read once per process."""
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        for path in sorted(glob.glob(os.path.join(root, package, "**", "*.py"), recursive=True)):
+            digest.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()[:20]
+
+
+def path(key: dict) -> str:
+    name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return os.path.join(constants_cache.folder(), "graphs", f"{name}.json")
+
+
+def counted(case: dict | None, fn: Callable[[], Any], cache_bytes: int) -> tuple[list[dict], dict]:
+    """(the operators' summary, the dispatches with "line": the Python lines) of ``fn``, the call of ``case``
+    ({"area", "method", "params"}); from the cache when this code counted it before, else counted and kept.
+    Without ``case`` (a call that names no case) always counted."""
+    key = {"case": case, "code": code_digest(), "torch": torch.__version__, "cache_bytes": cache_bytes}
+    file = path(key) if case is not None else None
+    if file and os.path.exists(file):
+        try:
+            saved = records.read_json(file)
+            if saved.get("key") == json.loads(json.dumps(key, default=str)):
+                return saved["ops"], saved["dispatches"]
+        except (records.UnreadableRecord, KeyError, TypeError):
+            pass  # counted over
+    graph = opgraph.record(fn)
+    ops, dispatches = graph.summary(cache_bytes), {**graph.dispatches, "line": opgraph.count_lines(fn)}
+    if file:
+        try:
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            records.write_json_atomic(file, {"key": key, "ops": ops, "dispatches": dispatches})
+        except OSError:  # a cache that cannot be written costs the next run a count, nothing more
+            pass
+    return ops, dispatches
