@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 
 from benchmarks.core import guards, records
+from benchmarks.core.hardware import between_runs
 from reports import (
     asv_paired,
     asv_site,
@@ -124,10 +125,17 @@ def reproduce_runs(args: argparse.Namespace) -> int:
     runs = [reproduce.figures(path) for path in args.paths]
     t = reproduce.table(runs)
     print(reproduce.show(runs, t))
+    moved = None
+    if len(args.paths) >= 3:  # what moves between them, kept for this machine's later runs
+        moved = reproduce.between_runs(runs)
+        facts = records.read_json(os.path.join(args.paths[0], "machine.json"))["machine"]
+        kept = between_runs.save(facts, moved)
+        print("\n" + reproduce.show_between(moved) + f"\nKept for later runs of {runs[0]['machine']} ({kept}): their "
+              "intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
                       runs=[{k: r[k] for k in ("run", "machine", "cpu", "commit")} for r in runs],
-                      summary=reproduce.summary(t), figures=t.to_dict(orient="records"))
+                      summary=reproduce.summary(t), figures=t.to_dict(orient="records"), between_runs=moved)
     return 0
 
 

@@ -15,8 +15,9 @@ import jinja2
 import pandas as pd
 
 from benchmarks.core.hardware.machine import BUSY_SHARE
-from benchmarks.core.records import write_json_atomic
+from benchmarks.core.records import read_json, write_json_atomic
 from benchmarks.core.running.runner import NOISY
+from benchmarks.core.timing import rerun
 from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from . import claims, figures, ranges, tidy
@@ -89,6 +90,27 @@ def _runs(t: pd.DataFrame) -> pd.DataFrame:
     for column in ("first", "last"):
         runs[column] = runs[column].dt.strftime("%Y-%m-%d %H:%M")
     return runs
+
+
+def _between(t: pd.DataFrame) -> list[str]:
+    """What each runner folder's answers' intervals add between runs (``_said``), once per distinct sentence."""
+    said = []
+    for run in dict.fromkeys(t[t.source == "runner"].run.dropna()):
+        meta = os.path.join(run, "machine.json")
+        if os.path.exists(meta):
+            said.append(_said(read_json(meta).get("between_runs")))
+    return list(dict.fromkeys(said))
+
+
+def _said(held: dict | None) -> str:
+    """What a run's answers' intervals add, in a sentence, from its ``machine.json``'s ``between_runs``."""
+    if not held or not held.get("variance"):
+        return ("No variance between runs was measured for this machine, so a change in its state between runs moves a "
+                "rerun's figure further than its interval says: attention-bench reproduce over three runs or more "
+                "measures it, and later runs add it.")
+    return (f"The answers' intervals add the variance between runs of this machine that attention-bench reproduce "
+            f"measured over {len(held.get('runs') or ())} runs on {str(held.get('measured_at', '?'))[:10]} (alone, "
+            f"it would span {rerun.between_widths(held['variance'])}); the plots' bars are the run's own.")
 
 
 def _order(v):
@@ -276,7 +298,7 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         noisy_table=None if noisy.empty else _html(noisy),
         noisy_threshold=f"{NOISY:.0%}", unreplicated_table=None if thin.empty else _html(thin),
         unreplicated_count=len(thin), busy_table=None if busy.empty else _html(busy), busy_share=f"{BUSY_SHARE:.0%}",
-        modes_table=None if modes.empty else _html(modes), modes_count=len(modes),
+        modes_table=None if modes.empty else _html(modes), modes_count=len(modes), between=_between(table),
         warnings=noise.run_warnings(runs) + noise.peak_warnings(table),
         min_samples=MIN_SAMPLES,
         memory_table=None if limits.empty else _html(limits),

@@ -21,7 +21,7 @@ import statistics
 from benchmarks.core import envelope
 from benchmarks.core.records import read_json, short
 
-from . import sensitivity
+from . import reproduce, sensitivity
 from .analyses.noise import AGREEMENT_METRICS, rounds_told
 from .columns import machine_line, short_commit
 
@@ -248,16 +248,28 @@ def _reproducibility(record: dict, name: str, only: list[str] | None, link: str)
              f"in every run, {s['outside_with_interval']} do"
              + (f", in {s['checks_outside']} of {s['checks_with_interval']} checks (95% intervals: about 5% expected); "
                 f"those intervals span ±{s['median_half_width']:.1%} at the median." if s.get("median_half_width")
-                else "."), "",
+                else ".")
+             + (f" The answer table quotes {s['quoted']} of the figures: {s['quoted_outside']} fall outside another "
+                f"run's interval (or ±{s['tolerance']:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} "
+                "checks." if "quoted" in s else "")
+             + _between_said(record.get("between_runs")), "",
              "| figure | " + " | ".join(f"run {i}" for i in range(1, len(runs) + 1)) + " | outside |",
              "|---|" + "---|" * len(runs) + "---|"]
     for f in record["figures"]:
-        if f["interval"] or f["outside"]:
+        if f["interval"] or f["outside"] or f.get("quoted"):
             cells = [f"{f[f'run {i}']:.3g}" + (f" ({f[f'run {i} interval']})"
                                                  if isinstance(f.get(f"run {i} interval"), str) else "")
                      for i in range(1, len(runs) + 1)]
-            lines.append(f"| {f['figure']} | " + " | ".join(cells) + f" | {f['outside']} of {f['pairs']} |")
+            figure = f"{f['figure']}" + (" (answer)" if f.get("quoted") else "")
+            lines.append(f"| {figure} | " + " | ".join(cells) + f" | {f['outside']} of {f['pairs']} |")
     return lines
+
+
+def _between_said(moved: dict | None) -> str:
+    """What the record measured between its runs (``reproduce.between_runs``), as the width it adds."""
+    if not moved:
+        return ""
+    return " " + reproduce.show_between(moved)
 
 
 def _regime(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:

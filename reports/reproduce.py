@@ -24,6 +24,7 @@ from benchmarks.core.timing import rerun
 
 from . import ranges, tidy
 from .analyses import profiling
+from .analyses.base import group
 from .analyses.registry import run_all
 
 #: where a run states no interval for a figure, another run's value within this relative distance agrees
@@ -33,27 +34,37 @@ NOT_PER_RUN = ("hardware",)
 
 
 def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
-    """One run folder's figures: {"run", "machine", "cpu", "commit", "figures": {key: (value, low, high)}},
-    each key ``<analysis>.<number>``, low and high None where the run states no interval; from ``table``
-    instead of the folder's cases where given (without its profiles and pairs: ``explained``)."""
+    """One run folder's figures: {"run", "machine", "cpu", "commit", "figures": {key: (value, low, high)},
+    "own": the same with the run's own intervals, "quoted": the keys the answers quote, "between": the variance
+    between the machine's runs its ``machine.json`` holds}, each key ``<analysis>.<number>``, low and high None
+    where the run states no interval. A figure's interval in "figures" is the one the run states: its own,
+    widened by its group's variance between runs (``Analysis.interval``). From ``table`` instead of the
+    folder's cases where given (without its profiles and pairs: ``explained``)."""
     if not os.path.isfile(os.path.join(folder, "machine.json")):
         raise ValueError(f"{folder!r} is not a run folder (no machine.json): name folders that "
                          "attention-bench run measured")
-    own = table is None
-    table = tidy.load([folder]) if own else table
+    mine = table is None
+    table = tidy.load([folder]) if mine else table
     machine = next(iter(dict.fromkeys(table.machine.dropna())), None)
-    analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)) if own else None,
-                       tidy.load_pairs([folder], machine) if own else [])
-    found = {}
+    analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)) if mine else None,
+                       tidy.load_pairs([folder], machine) if mine else [], between=False)
+    moved = tidy.between_of_run(folder)
+    found, own, quoted = {}, {}, []
     for a in (ranges.check(a) for a in analyses if a.key not in NOT_PER_RUN):
+        quoted.extend(f"{a.key}.{key}" for key in a.quoted)
         for key, value in a.numbers.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 low, high = a.intervals.get(key, (None, None))
+                own[f"{a.key}.{key}"] = (float(value), low, high)
+                variance = moved.get(group(a.key, key))
+                if low is not None and variance and value > 0 and low > 0:
+                    low, high = rerun.widened(value, low, high, variance)
                 found[f"{a.key}.{key}"] = (float(value), low, high)
     first = table.iloc[0]
     return {"run": folder, "machine": machine,
             "cpu": f"{first.cpu_model}, {first.cpu_count} cores, torch {first.torch}",
-            "commit": next(iter(dict.fromkeys(table.commit.dropna())), None), "figures": found}
+            "commit": next(iter(dict.fromkeys(table.commit.dropna())), None), "figures": found, "own": own,
+            "quoted": [k for k in quoted if k in found], "between": moved}
 
 
 def one_machine(runs: list[dict]) -> None:
@@ -84,7 +95,8 @@ def table(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for key in keys:
         got = [r["figures"][key] for r in runs]
-        row = {"figure": key, "interval": all(low is not None for _, low, _ in got)}
+        row = {"figure": key, "interval": all(low is not None for _, low, _ in got),
+               "quoted": any(key in r.get("quoted", ()) for r in runs)}
         for i, (v, low, high) in enumerate(got, 1):
             row[f"run {i}"] = v
             row[f"run {i} interval"] = None if low is None else f"{low:.4g}-{high:.4g}"
@@ -102,8 +114,10 @@ def table(runs: list[dict]) -> pd.DataFrame:
 def summary(t: pd.DataFrame) -> dict:
     """The counts a reader looks for: figures compared, those with an interval in every run, and how many of
     each kind fall outside another run's interval (or ±TOLERANCE)."""
-    with_interval = t[t.interval]
-    return {"figures": len(t), "with_interval": len(with_interval),
+    with_interval, quoted = t[t.interval], t[t.quoted]
+    return {"figures": len(t), "with_interval": len(with_interval), "quoted": len(quoted),
+            "quoted_outside": int((quoted.outside > 0).sum()), "quoted_checks": int(quoted.pairs.sum()),
+            "quoted_checks_outside": int(quoted.outside.sum()),
             "outside": int((t.outside > 0).sum()), "outside_with_interval": int((with_interval.outside > 0).sum()),
             "checks_with_interval": int(with_interval.pairs.sum()),
             "median_half_width": float(with_interval.half_width.median()) if len(with_interval) else None,
@@ -118,12 +132,43 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
              f"{s['outside_with_interval']} do, in {s['checks_outside']} of {s['checks_with_interval']} checks "
              f"(95% intervals: about 5% expected)"
              + (f"; those intervals span ±{s['median_half_width']:.1%} at the median." if s["median_half_width"]
-                is not None else "."), ""]
+                is not None else "."),
+             f"The answer table quotes {s['quoted']} of them: {s['quoted_outside']} fall outside another run's "
+             f"interval (or ±{TOLERANCE:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} checks.", ""]
     shown = t.sort_values(["outside", "interval"], ascending=False)
-    columns = ["figure"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
+    columns = ["figure", "quoted"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):
         lines.append(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return "\n".join(lines)
+
+
+def between_runs(runs: list[dict]) -> dict:
+    """What moves between these runs of one machine (``figures`` of each) beyond what each run states of its own
+    figures: per group of figures (``analyses.base.group``: an analysis's figures, its paired ratios apart), the
+    mean over the group's figures with an interval in every run of the variance of the figure's log across the
+    runs less the variance each run states of it (``rerun.standard_error2`` of its own interval, as if from
+    three samples), never below 0: {"variance": {group: v}, "figures": {group: n}, "runs": [...]}. Later runs
+    of this machine add it to their intervals (``benchmarks.core.hardware.between_runs``)."""
+    if len(runs) < 3:
+        raise ValueError(f"the variance between runs needs three runs or more; got {len(runs)}")
+    one_machine(runs)
+    excess: dict[str, list[float]] = {}
+    for key in runs[0]["own"]:
+        got = [r["own"].get(key) for r in runs]
+        if any(g is None or g[1] is None or g[0] <= 0 or g[1] <= 0 for g in got):
+            continue
+        logs = np.log([v for v, _, _ in got])
+        own = np.mean([rerun.standard_error2(low, high, 3) for _, low, high in got])
+        analysis, number = key.split(".", 1)
+        excess.setdefault(group(analysis, number), []).append(float(np.var(logs, ddof=1)) - float(own))
+    return {"variance": {g: max(0.0, float(np.mean(x))) for g, x in sorted(excess.items())},
+            "figures": {g: len(x) for g, x in sorted(excess.items())}, "runs": [r["run"] for r in runs]}
+
+
+def show_between(moved: dict) -> str:
+    """What ``between_runs`` measured, as the half-width it adds to a figure's interval, group by group."""
+    return ("Between these runs, beyond each run's own intervals (what a figure's interval gains, at its group's "
+            "variance): " + rerun.between_widths(moved["variance"], moved["figures"]) + ".")
 
 
 def differences(first: dict, other: dict, predicted: dict | None = None) -> pd.DataFrame:

@@ -30,7 +30,8 @@ def spans(rec: dict, prior: float | None = None) -> dict:
     (``benchmarks.core.timing.rerun``: the processes' spread moderated by ``prior``), ``lowest`` and
     ``highest``, the lowest and highest process's median, how many (``processes``) and, when they ran at two
     levels, ``modes`` ("8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 processes, 8160 page faults
-    per call"); nothing for a time from one process."""
+    per call") and the faster level's time, ``fast`` (``fast_low``, ``fast_high``: its interval); nothing for a
+    time from one process."""
     if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
         return {}
     logs = process_logs(rec)
@@ -44,7 +45,21 @@ def spans(rec: dict, prior: float | None = None) -> dict:
     modes = measure.modes_of(rec["rounds"]) if rec.get("rounds") else rec.get("modes")  # from what was measured
     if modes:
         out["modes"] = "; ".join(mode(m) for m in modes)
+        if rec.get("rounds") and not math.isnan(width):
+            out.update(_faster(logs, modes[0]["processes"], prior))
     return out
+
+
+def _faster(logs: np.ndarray, processes: int, prior: float | None) -> dict:
+    """The faster mode's time over its own processes (the ``processes`` fastest) and where a rerun's lands: what
+    the case runs at when its process draws the better state (its allocator keeps its buffers, say)."""
+    fast = np.sort(logs)[:processes]
+    value = float(np.exp(np.median(fast)))
+    width = rerun.half_width(fast, prior) if prior is not None or len(fast) > 1 else math.nan
+    if math.isnan(width):
+        return {"fast": value}
+    low, high = rerun.interval(value, width)
+    return {"fast": value, "fast_low": low, "fast_high": high}
 
 
 def mode(mode: dict) -> str:
@@ -52,3 +67,9 @@ def mode(mode: dict) -> str:
     if mode.get("faults_per_call") is not None:
         text += f", {mode['faults_per_call']:.0f} page faults per call"
     return text
+
+
+def per_time(spans: dict, count: float) -> dict:
+    """A rate's faster-mode figure and interval (``count`` over the faster mode's time and its interval's ends)."""
+    return {k: count / spans[t] for k, t in (("fast", "fast"), ("fast_low", "fast_high"), ("fast_high", "fast_low"))
+            if t in spans}

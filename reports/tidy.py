@@ -35,7 +35,7 @@ from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS
 from .peaks import impossible, peak_key, peaks_of, too_low
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "constants_of", "counted",
-           "from_asv", "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
+           "between_of_run", "from_asv", "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -267,7 +267,8 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
                 row.update(low=row["value"] * median / spans["high"], high=row["value"] * median / spans["low"],
                            lowest=row["value"] * median / spans["highest"],
                            highest=row["value"] * median / spans["lowest"],
-                           processes=spans["processes"], modes=spans.get("modes"))
+                           processes=spans["processes"], modes=spans.get("modes"),
+                           **spans_over_processes.per_time(spans, row["value"] * median))
             rows.append(row)
     if calibrated and rec.get("fraction_of_peak") is not None:
         over = rec["matmul_flops"] / rec["time_median_s"] / calibrated
@@ -361,6 +362,15 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
                 continue
             out.append({**record, "root": path, "machine": name, "run_regime": saved["machine"].get("regime")})
     return out
+
+
+def between_of_run(folder: str) -> dict[str, float]:
+    """The variance between runs of its machine that a run folder's ``machine.json`` holds, by group of figures
+    (``benchmarks.core.hardware.between_runs``; ``reports.analyses.base.Analysis.interval`` adds it); empty for a
+    folder that holds none (or is not a runner folder)."""
+    meta = os.path.join(folder, "machine.json")
+    held = (read_json(meta).get("between_runs") or {}) if os.path.exists(meta) else {}
+    return {k: float(v) for k, v in (held.get("variance") or {}).items() if isinstance(v, (int, float)) and v > 0}
 
 
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:

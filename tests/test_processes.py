@@ -7,6 +7,7 @@ import mmap
 import os
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -14,7 +15,7 @@ import torch
 from benchmarks import cases
 from benchmarks.core.hardware import machine
 from benchmarks.core.running import runner
-from benchmarks.core.timing import measure
+from benchmarks.core.timing import measure, rerun
 from reports import figures, spans_over_processes, tidy
 from reports.analyses import noise
 from reports.analyses.base import Figure, time_curves
@@ -58,6 +59,22 @@ def test_processes_split_by_page_faults_are_two_modes_though_their_blocks_are_sp
     # the same times and spreads without a split in faults: within the fast process's own spread
     assert measure.modes_of([{**r, "faults_per_call": 60} for r in rounds]) is None
     assert measure.modes_of([{**r, "faults_per_call": None} for r in rounds]) is None
+
+
+def test_a_case_at_two_modes_gives_its_faster_modes_time_and_interval_from_that_modes_processes():
+    rounds = [_round(t, 0.02, i, f) for i, (t, f) in enumerate(
+        [(0.0090, 4100), (0.0170, 11000), (0.0086, 4000), (0.0165, 10800), (0.0088, 4200)])]
+    rec = {"processes": 5, "rounds": rounds, "time_median_s": 0.0090, "time_low_s": 0.0086, "time_high_s": 0.0170}
+    got = spans_over_processes.spans(rec, prior=0.001)
+    assert got["modes"].startswith("8.8 ms in 3 processes") and got["fast"] == pytest.approx(0.0088)
+    fast_logs = np.log([0.0086, 0.0088, 0.0090])
+    low, high = rerun.interval(0.0088, rerun.half_width(fast_logs, 0.001))
+    assert (got["fast_low"], got["fast_high"]) == (pytest.approx(low), pytest.approx(high))
+    # a rate's faster mode is its count over the faster time, the interval's ends swapped
+    assert spans_over_processes.per_time(got, 1e9) == {"fast": pytest.approx(1e9 / 0.0088),
+                                                       "fast_low": pytest.approx(1e9 / high),
+                                                       "fast_high": pytest.approx(1e9 / low)}
+    assert "fast" not in spans_over_processes.spans({**rec, "rounds": rounds[::2][:2] + [rounds[4]]}, prior=0.001)
 
 
 def test_a_timed_round_counts_the_page_faults_of_its_calls():

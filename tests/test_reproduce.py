@@ -12,9 +12,9 @@ from attention_bench.cli import main as attention_bench
 from reports import explained, reproduce
 
 
-def _run(name, machine="vm", **figures):
+def _run(name, machine="vm", quoted=(), **figures):
     return {"run": name, "machine": machine, "cpu": "EPYC, 2 cores, torch 2.13", "commit": "abc",
-            "figures": figures}
+            "figures": figures, "quoted": list(quoted)}
 
 
 def test_runs_that_agree_within_their_intervals_have_nothing_outside():
@@ -24,7 +24,8 @@ def test_runs_that_agree_within_their_intervals_have_nothing_outside():
     t = reproduce.table(runs)
     assert list(t.outside) == [0, 0] and list(t.pairs) == [6, 6]
     assert reproduce.summary(t) == {"figures": 2, "with_interval": 1, "outside": 0, "outside_with_interval": 0,
-                                    "checks_with_interval": 6, "checks_outside": 0,
+                                    "checks_with_interval": 6, "checks_outside": 0, "quoted": 0,
+                                    "quoted_outside": 0, "quoted_checks": 0, "quoted_checks_outside": 0,
                                     "median_half_width": pytest.approx(0.05, abs=0.003),
                                     "tolerance": reproduce.TOLERANCE}
 
@@ -35,6 +36,9 @@ def test_a_figure_outside_another_runs_interval_is_counted_each_way():
     t = reproduce.table(runs).set_index("figure")
     assert t.loc["x", "outside"] == 2 and t.loc["y", "outside"] == 2
     assert t.loc["x", "spread"] == pytest.approx(0.2)
+    quoted = reproduce.summary(reproduce.table([_run("a", quoted=["y"], x=(5.0, 4.9, 5.1), y=(1.00, None, None)),
+                                                _run("b", quoted=["y"], x=(6.0, 5.9, 6.1), y=(1.03, None, None))]))
+    assert (quoted["quoted"], quoted["quoted_outside"], quoted["quoted_checks"]) == (1, 0, 2)  # the answers' y holds
     one_way = reproduce.table([_run("a", x=(5.0, 4.0, 6.0)), _run("b", x=(5.8, 5.7, 5.9))]).set_index("figure")
     assert one_way.loc["x", "outside"] == 1  # 5.0 lies outside b's narrow interval, 5.8 inside a's wide one
 
@@ -57,6 +61,7 @@ def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, ca
     saved = json.load(open(record))
     assert saved["kind"] == "reproducibility" and saved["summary"]["figures"] > 0
     assert any(f["figure"].startswith("c1_length.speedup_") for f in saved["figures"])
+    assert {f["figure"] for f in saved["figures"] if f["quoted"]} >= {"c1_length.speedup_cpu_tiny_n16"}
     other = measure(tmp_path / "three", PLAN, name="laptop")
     assert attention_bench(["reproduce", first, other]) == 2
     assert "not of one machine" in capsys.readouterr().err

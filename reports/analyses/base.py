@@ -9,14 +9,26 @@ is reported in ``missing`` and in the verdict, never skipped silently.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.core.timing import rerun
 from transformer import PRESETS
 
 from .. import tidy
+
+#: the variance between runs of the analysed machine, by group of figures (``group``), that ``Analysis.interval``
+#: adds to a figure's interval (``registry.run_all`` sets it from the run's ``machine.json``; empty: none)
+BETWEEN: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("between", default=None)
+
+
+def group(analysis: str, number: str) -> str:
+    """The group of figures whose variance between runs a figure takes: its analysis, its paired ratios apart
+    (``<analysis>.paired``: timed in the same moments, they move between runs less than the grid's)."""
+    return f"{analysis}.paired" if number.startswith("paired") else analysis
 
 
 @dataclass
@@ -65,6 +77,8 @@ class Analysis:
     #: a number's interval where one was measured, by its key in ``numbers``: (low, high), where a rerun's figure
     #: lands with 95% confidence (``benchmarks.core.timing.rerun``), from the processes or sessions it was timed in
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the keys of ``numbers`` the answer quotes (``reports.reproduce`` holds the answer table's figures to them)
+    quoted: list[str] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     #: what the numbers were computed on (size, batch, device, threads, dtype), shown under every figure
@@ -73,6 +87,16 @@ class Analysis:
     #: what a table's values are, by table name (the page's caption); tables not named here are
     #: captioned by their name's prefix (``reports.html.TABLE_UNITS``)
     units: dict[str, str] = field(default_factory=dict)
+
+    def interval(self, key: str, low: float, high: float) -> tuple[float, float]:
+        """Set number ``key``'s interval from the run's own (``low``, ``high``), adding the variance between the
+        machine's runs of its group where one was measured (``BETWEEN``, ``rerun.widened``); returns it."""
+        between = (BETWEEN.get() or {}).get(group(self.key, key))
+        value = self.numbers.get(key)
+        if between and value and low == low and high == high and low > 0:
+            low, high = rerun.widened(value, low, high, between)
+        self.intervals[key] = (low, high)
+        return low, high
 
     def without(self, missing: str, verdict: str) -> Analysis:
         """This analysis when its data is missing: say so in the verdict and in ``missing``."""

@@ -68,6 +68,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
     a.verdict = " ".join(sentences)
     if not f.empty:
         g = f[f.preset == f.preset.iloc[0]]
+        a.quoted = [f"slope_{r.preset}_{r.model}_{r.mode}" for r in g.itertuples() if r.mode != "train_step"]
+        a.quoted.append("as_claimed")
         a.answer = (f"Critical-path operators added per token ({g.preset.iloc[0]}): "
                     + ", ".join(f"{r.model} {r.mode.replace('_', ' ')} {round(r.slope_ops_per_token)}"
                                 for r in g.itertuples() if r.mode != "train_step")

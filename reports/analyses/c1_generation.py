@@ -38,7 +38,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
         for model in at.index:
             a.numbers[f"parallel_advantage_{device}_{model}_n{n}"] = at.loc[model, "parallel_advantage"]
             if model in spans:
-                a.intervals[f"parallel_advantage_{device}_{model}_n{n}"] = spans[model]
+                a.interval(f"parallel_advantage_{device}_{model}_n{n}", *spans[model])
         parts = [f"{m} {at.loc[m, 'parallel_advantage']:.1f}×" for m in at.index]
         at_rows = fwd[fwd.device == device]
         preset = at_rows.preset.dropna().unique()
@@ -63,6 +63,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
     at = at[(at.device == first(devices(at))) & (at.seq_len == at.seq_len.max())].set_index("model")
     n = int(at.seq_len.max())
     spans = {m: a.intervals.get(f"parallel_advantage_{first(devices(at))}_{m}_n{n}") for m in at.index}
+    a.quoted = [f"parallel_advantage_{first(devices(at))}_{m}_n{n}" for m in at.index]
     a.answer = (f"At n = {n}, teacher forcing gives "
                 + ", ".join(f"{at.loc[m, 'parallel_advantage']:.1f}× ({m}"
                             + (f", {spans[m][0]:.1f}-{spans[m][1]:.1f}" if spans[m] else "") + ")" for m in at.index)

@@ -78,7 +78,7 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
         tag = f"{device}_{preset}_n{n_max}"
         a.numbers[f"speedup_{tag}"] = r["speedup"]
         if "speedup_low" in r:
-            a.intervals[f"speedup_{tag}"] = (r["speedup_low"], r["speedup_high"])
+            a.interval(f"speedup_{tag}", r["speedup_low"], r["speedup_high"])
         cross = crossover(both.index, both["transformer"], both["rnn-width"])
         where = (f"their times cross at n ≈ {cross:.0f}" if cross is not None else
                  f"no crossover in n = {both.index.min()}..{n_max}")
@@ -105,13 +105,22 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
     a.verdict = " ".join(sentences) + held_phrase(held)
     at_max = [r for r in factors if r["seq_len"] == max(f["seq_len"] for f in factors if f["preset"] == r["preset"]
                                                        and f["device"] == r["device"])]
+    a.quoted = [f"speedup_{r['device']}_{r['preset']}_n{r['seq_len']}" for r in at_max]
     a.answer = ("Transformer speed over the width-matched RNN's, teacher-forced forward: "
-                + "; ".join(f"{r['preset']} n = {r['seq_len']}: {fmt_ratio(r['speedup'])}{_range(r)}"
+                + "; ".join(f"{r['preset']} n = {r['seq_len']}: {fmt_ratio(r['speedup'])}{_range(_stated(r, a))}"
                             + ("" if len({x["device"] for x in at_max}) == 1 else f" ({r['device']})") for r in at_max)
                 + "." if at_max else "No size measured both models at one n.")
     a.conditions = f"batch {', '.join(map(str, batch))}, {conditions(rows, n=False)}"
     return a
 
+
+
+def _stated(row: dict, a: Analysis) -> dict:
+    """A factors row with the interval the analysis states for its speed-up (``Analysis.interval``)."""
+    key = f"speedup_{row['device']}_{row['preset']}_n{row['seq_len']}"
+    if key not in a.intervals:
+        return row
+    return {**row, "speedup_low": a.intervals[key][0], "speedup_high": a.intervals[key][1]}
 
 
 def _range(row: dict) -> str:

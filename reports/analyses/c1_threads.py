@@ -36,12 +36,13 @@ def analyse(t: pd.DataFrame) -> Analysis:
             span = ratio_interval((times.loc[p, w], low.loc[p, w], high.loc[p, w]),
                                   (times.loc[one_thread, w], low.loc[one_thread, w], high.loc[one_thread, w]))
             if span[0] == span[0]:
-                a.intervals[f"speedup_{w}_p{p}"] = span
+                a.interval(f"speedup_{w}_p{p}", *span)
     best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
     a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
                  + f". {best} scales best, {worst} worst.")
     a.conditions = "workloads as named in the verdict, float32, CPU"
+    a.quoted = [f"speedup_{w}_p{p}" for w in times]
     a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(
         f"{w} {speedup.loc[p, w]:.2f}×" + (f" ({lo:.2f}-{hi:.2f})" if (lo, hi) != (None, None) else "")
         for w in times for lo, hi in [a.intervals.get(f"speedup_{w}_p{p}", (None, None))]) + ".")

@@ -65,7 +65,7 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
             (curves.loc[h_hi, s], low.loc[h_hi, s], high.loc[h_hi, s])))[0])}
         a.tables["time_ratios"] = pd.DataFrame([{"strategy": s, "ratio": spreads[s], "low": lo, "high": hi}
                                                 for s, (lo, hi) in ranges.items()])
-        a.intervals.update({f"time_ratio_h{h_hi}_over_h{h_lo}_{s}": span for s, span in ranges.items()})
+        ranges = {s: a.interval(f"time_ratio_h{h_hi}_over_h{h_lo}_{s}", *span) for s, span in ranges.items()}
     told = {s: f"{r:.2f}× ({s}" + (f", {ranges[s][0]:.2f}-{ranges[s][1]:.2f}" if s in ranges else "") + ")"
             for s, r in spreads.items()}
     same = "holds" if flat < 1.0 + 1e-9 else "does not hold"
@@ -115,6 +115,7 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
         sentences.append(f"W_O adds {fw[True] / fw[False] - 1:.0%} of the matmul FLOPs and "
                          f"{w['W_O cost'].median() - 1:.0%} of the time (median over h, batched).")
     a.verdict = " ".join(sentences)
+    a.quoted = ["matmul_flops_max_over_min"] + [f"time_ratio_h{h_hi}_over_h{h_lo}_{s}" for s in told]
     a.answer = (f"Matmul FLOPs equal at every h (max/min {flat:.4f}), yet h = {h_hi} takes "
                 + ", ".join(told.values()) + f" the time of h = {h_lo}.")
     a.conditions = f"batch {s['batch']}, n {s['seq_len']}, d_model {s['d_model']}, {conditions(tt, n=False)}"

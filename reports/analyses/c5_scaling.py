@@ -71,6 +71,7 @@ def analyse(keys: int = 64) -> Analysis:
                    f"{sc.jacobian_norm.max():.3f} for every d_k: the gradient through the softmax does not vanish.")
     a.conditions = f"{keys} keys, 256 rows per d_k, unit-variance q and k, float64, seeded"
     top = un.max_probability[hi]
+    a.quoted = ["unscaled_saturates_at_d_k"]
     a.answer = ((f"Unscaled, the softmax saturates from d_k = {first} (largest probability {top:.2f} at {hi}); "
                  if first else f"Unscaled, the largest probability reaches {top:.2f}; ")
                 + f"scaled, it stays {sc.max_probability.min():.2f}–{sc.max_probability.max():.2f} at every d_k.")

@@ -148,8 +148,10 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             q = p.iloc[0]
             checked += 1
             c1.numbers[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = q.ratio
-            c1.intervals[f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}"] = (q.low, q.high)
-            phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {q.low:.2f}-{q.high:.2f})"
+            c1.quoted = [f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}" if k == f"speedup_{r.device}_{r.preset}_"
+                         f"n{r.seq_len}" else k for k in c1.quoted]
+            shown = c1.interval(f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}", q.low, q.high)
+            phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {shown[0]:.2f}-{shown[1]:.2f})"
             if not _agree((q.ratio, q.low, q.high), (r.speedup, low, high) if spread else None, r.speedup):
                 disagree.append(f"C1 {where}")
                 phrase += (f", but the grid gave {fmt_ratio(r.speedup)}"
@@ -172,8 +174,10 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             q = p.iloc[0]
             checked += 1
             heads.numbers[f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}"] = q.ratio
-            heads.intervals[f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}"] = (q.low, q.high)
-            part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {q.low:.2f}-{q.high:.2f})"
+            grid_key = f"time_ratio_h{hi}_over_h{lo}_{strategy}"
+            heads.quoted = [f"paired_{k}" if k == grid_key else k for k in heads.quoted]
+            shown = heads.interval(f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}", q.low, q.high)
+            part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {shown[0]:.2f}-{shown[1]:.2f})"
             grid = ranges[ranges.strategy == strategy] if not ranges.empty else ranges
             low, high = (grid.low.iloc[0], grid.high.iloc[0]) if not grid.empty else (ratio, ratio)
             if not _agree((q.ratio, q.low, q.high), None if grid.empty else (ratio, low, high), ratio):

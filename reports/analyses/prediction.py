@@ -161,6 +161,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
         shape = ", ".join(f"{k} {v}" for k, v in cases.MULTIHEAD_SHAPE.items())
         a.verdict += f" {h} heads against 1 at equal FLOPs ({shape}, with W_O): " + "; ".join(
             f"{s} {fmt_ratio(heads_p[s])} predicted, {fmt_ratio(heads_m[s])} measured" for s in heads_m.index) + "."
+    a.quoted = ["median_error", "p90_error", "cases"]
     a.answer = (f"Predicted from micro-benchmarked constants alone: median error {median:.0%}, 90th percentile "
                 f"{p90:.0%} over {len(p)} cases"
                 + (f"; C1 crossover {'none' if not cross_p else f'n ≈ {cross_p:.0f}'} predicted, "

@@ -90,6 +90,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
         if r.area == "models":
             sentences.append(f"{r.label}: {top}; matmul components {r.matmul_share:.0%}.")
     a.verdict = " ".join(sentences)
+    a.quoted = ["profiles", "flops_match", "sum_within_tolerance", "median_overhead"]
     a.answer = (f"{len(cases)} cases profiled: component FLOPs equal the model in {match}, components sum to within "
                 f"{SUM_TOLERANCE:.0%} of the call in {within}; median profiler overhead "
                 f"{cases.overhead.median():+.0%}.")

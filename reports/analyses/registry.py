@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .. import tidy
 from . import (
+    base,
     c1_depth,
     c1_generation,
     c1_length,
@@ -44,16 +46,23 @@ ANALYSES = [(c1_length.analyse, "profiles"), (c1_generation.analyse, None), (c1_
 
 
 def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame | None = None,
-            pairs: list[dict] | None = None) -> list[Analysis]:
+            pairs: list[dict] | None = None, between: bool = True) -> list[Analysis]:
     """Every per-machine analysis on ``machine`` (default: the first in the table), then the comparison.
     ``profiles`` is ``reports.analyses.profiling.table`` of that machine's profile records (empty: none);
-    ``pairs`` its paired-ratio records (``reports.tidy.load_pairs``)."""
+    ``pairs`` its paired-ratio records (``reports.tidy.load_pairs``). The intervals add the variance between the
+    machine's runs that its analysed run's ``machine.json`` holds (``base.BETWEEN``), unless ``between`` is False
+    (the run's own intervals, from which ``reports.reproduce`` measures that variance)."""
     machines = list(dict.fromkeys(t.machine.dropna()))
     if machine is not None and machine not in machines:
         raise ValueError(f"unknown machine {machine!r}; the results have {machines}")
     one = latest(t[t.machine == (machine or (machines[0] if machines else None))])
     inputs = {"profiles": pd.DataFrame() if profiles is None else profiles, "pairs": pairs or []}
-    out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
-    by_key = {a.key: a for a in out}
-    paired.reconcile(by_key["c1_length"], by_key["c3_heads"], by_key["paired"], inputs["pairs"])  # one answer per ratio
+    runs = one[one.source == "runner"].run.dropna().unique() if "source" in one else []
+    token = base.BETWEEN.set(tidy.between_of_run(runs[0]) if between and len(runs) else {})
+    try:
+        out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
+        by_key = {a.key: a for a in out}
+        paired.reconcile(by_key["c1_length"], by_key["c3_heads"], by_key["paired"], inputs["pairs"])  # one answer
+    finally:
+        base.BETWEEN.reset(token)
     return out + [hardware.analyse(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]

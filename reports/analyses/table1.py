@@ -70,6 +70,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
         sentences.append(f"d = {c['d_model']}: {fpart}; {tpart}.")
     a.verdict = " ".join(sentences)
     a.answer = _answer(cross)
+    a.quoted = [f"{k}_crossover_d{c['d_model']}" for c in cross for k in ("flops", "time")]
     a.conditions = f"batch {cases.LAYER_BATCH}, {cases.LAYER_HEADS} heads, {conditions(times, n=False)}"
     return a
 

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from ... import cases
 from .. import guards, records
-from ..hardware import constants_cache, machine
+from ..hardware import between_runs, constants_cache, machine
 from ..records import (
     STATUSES,
     UnreadableRecord,
@@ -161,7 +161,8 @@ class Runner:
 
     def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
         """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
-        ``constants_cache.this_machine``): measured at its start, reused on resume;
+        ``constants_cache.this_machine``, and what moves between this machine's runs, ``between_runs``):
+        measured at its start, reused on resume;
         ``again`` (at the end of a run that measured something) measures them once more and keeps each key's
         best of every calibration (``calibrations`` lists them), so that a calibration slowed by another
         process does not stand as the machine's peak."""
@@ -184,6 +185,7 @@ class Runner:
         facts = machine.metadata()
         write_json_atomic(path, {"machine": facts, "gemm_peaks": peaks, "calibrations": calibrations,
                                  "constants": {**fresh_constants, **kept}, "constants_source": sources,
+                                 "between_runs": between_runs.load(facts),
                                  "commit": self.commit, "commit_error": self.commit_error, "name": self.name})
         return peaks
 

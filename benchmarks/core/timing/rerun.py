@@ -10,6 +10,11 @@ other figures of the same kind, as if that were PRIOR_DOF more samples (the empi
 Smyth's limma), and the interval is the figure +- t(CONFIDENCE, own + PRIOR_DOF dof) x the moderated standard
 error x sqrt(2): sqrt(2), because the rerun's figure is as uncertain as this one.
 
+A machine whose state changes between runs (another tenant on the host's cores, a clock policy) moves a rerun's
+figure further than a run's own processes show. ``attention-bench reproduce`` measures that variance between
+runs on one machine; later runs on it add it (``widened``): a rerun then differs from this figure by the two
+figures' own errors and the two runs' states.
+
 A ratio of two such figures (a speed-up, a time over another time) takes their half-widths in quadrature
 (``ratio``): the runner's processes are each a new draw per case (the cases of one process move together by
 about 1%, each case on its own by about 5% on a 2-core VM), so the two are independent.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 
 import numpy as np
 
@@ -26,6 +32,8 @@ CONFIDENCE = 0.95
 #: how many samples the run's typical variance counts as, beside a figure's own: enough that three samples'
 #: own variance, which is anywhere from 0.05x to 3x the true one, does not set the interval alone
 PRIOR_DOF = 4
+#: the normal quantile of CONFIDENCE, two-sided: for the variance between runs, pooled over many figures
+Z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -90,6 +98,21 @@ def interval(value: float, width: float) -> tuple[float, float]:
     return value * math.exp(-width), value * math.exp(width)
 
 
+def widened(value: float, low: float, high: float, between: float) -> tuple[float, float]:
+    """The interval (low, high) of ``value`` with a variance ``between`` (of logs) between runs added: the two
+    runs' states are independent, so their difference adds 2 x ``between`` to the rerun's variance, at Z."""
+    width = math.log(high / low) / 2
+    return interval(value, math.sqrt(width**2 + 2 * Z**2 * between))
+
+
+def standard_error2(low: float, high: float, samples: int) -> float:
+    """The squared standard error (of logs) of a figure whose interval ``half_width`` gave from ``samples``
+    samples moderated by a prior (its t at PRIOR_DOF + samples - 1 dof), or from a bootstrap (``samples`` 1: at
+    Z): what a run says of its own figure, for ``reports.reproduce.between_runs`` to measure what moves beyond it."""
+    quantile = t_quantile(0.5 + CONFIDENCE / 2, PRIOR_DOF + samples - 1) if samples > 1 else Z
+    return (math.log(high / low) / 2 / quantile / math.sqrt(2)) ** 2
+
+
 def ratio(first: tuple[float, float, float], second: tuple[float, float, float]) -> tuple[float, float]:
     """The interval of second / first from each figure's (value, low, high): their log half-widths in
     quadrature (independent figures), around the ratio of the values."""
@@ -107,3 +130,10 @@ def apart(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool 
         return None
     h_a, h_b = (math.log(high / low) / 2 for _, low, high in (a, b))
     return abs(math.log(b[0] / a[0])) > math.sqrt((h_a**2 + h_b**2) / 2)
+
+
+def between_widths(variance: dict[str, float], counts: dict[str, int] | None = None) -> str:
+    """Each group's variance between runs as the half-width it adds to a figure's interval alone ("c1_threads
+    ±24%"), with how many figures measured it."""
+    return ", ".join(f"{g} ±{math.expm1(Z * math.sqrt(2 * v)):.1%}" + (f" ({counts[g]} figures)" if counts else "")
+                     for g, v in sorted(variance.items()))
