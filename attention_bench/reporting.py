@@ -134,7 +134,8 @@ def reproduce_runs(args: argparse.Namespace) -> int:
               "intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
-                      runs=[{k: r[k] for k in ("run", "machine", "cpu", "commit")} for r in runs],
+                      runs=[{**{k: r[k] for k in ("run", "machine", "cpu", "commit")}, "added": r["between"]}
+                            for r in runs],
                       summary=reproduce.summary(t), figures=t.to_dict(orient="records"), between_runs=moved)
     return 0
 

@@ -20,6 +20,7 @@ import statistics
 
 from benchmarks.core import envelope
 from benchmarks.core.records import read_json, short
+from benchmarks.core.timing import rerun
 
 from . import reproduce, sensitivity
 from .analyses.noise import AGREEMENT_METRICS, rounds_told
@@ -252,7 +253,7 @@ def _reproducibility(record: dict, name: str, only: list[str] | None, link: str)
              + (f" The answer table quotes {s['quoted']} of the figures: {s['quoted_outside']} fall outside another "
                 f"run's interval (or ±{s['tolerance']:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} "
                 "checks." if "quoted" in s else "")
-             + _between_said(record.get("between_runs")), "",
+             + _added(runs) + _between_said(record.get("between_runs")), "",
              "| figure | " + " | ".join(f"run {i}" for i in range(1, len(runs) + 1)) + " | outside |",
              "|---|" + "---|" * len(runs) + "---|"]
     for f in record["figures"]:
@@ -270,6 +271,17 @@ def _between_said(moved: dict | None) -> str:
     if not moved:
         return ""
     return " " + reproduce.show_between(moved)
+
+
+def _added(runs: list[dict]) -> str:
+    """What the runs' intervals added between runs (each run's ``machine.json``, kept before it ran)."""
+    added = [r.get("added") for r in runs]
+    if not any(added):
+        return " The runs' intervals are their own: no variance between runs was kept for the machine before them."
+    if all(a == added[0] for a in added):
+        return (" Each run's answers added the variance between runs kept for the machine before it ("
+                + rerun.between_widths(added[0]) + ").")
+    return " Their intervals added the variance between runs kept for the machine before each, not the same for all."
 
 
 def _regime(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:

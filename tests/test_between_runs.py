@@ -17,7 +17,7 @@ from benchmarks.core import records
 from benchmarks.core.hardware import between_runs, machine
 from benchmarks.core.records import write_json_atomic
 from benchmarks.core.timing import rerun
-from reports import publish, reproduce, tidy
+from reports import measured, publish, reproduce, tidy
 from reports.analyses.base import BETWEEN, Analysis
 from reports.analyses.registry import run_all
 
@@ -112,7 +112,13 @@ def test_reproduce_keeps_it_for_the_machine_and_the_machines_next_run_adds_it_to
     facts = json.load(open(os.path.join(folders[0], "machine.json")))["machine"]
     kept = between_runs.load(facts)
     assert kept["variance"]["c1_length"] > 0 and kept["runs"] == folders
-    assert json.load(open(tmp_path / "r.json"))["between_runs"]["variance"] == kept["variance"]
+    record = json.load(open(tmp_path / "r.json"))
+    assert record["between_runs"]["variance"] == kept["variance"] and [r["added"] for r in record["runs"]] == [{}] * 3
+    said = measured.markdown(record, "r.json")
+    assert "The runs' intervals are their own" in said and "Between these runs, beyond each run's own" in said
+    added = {**record, "runs": [{**r, "added": {"c1_length": 0.01}} for r in record["runs"]]}
+    assert "Each run's answers added the variance between runs kept for the machine before it (c1_length ±" in (
+        measured.markdown(added, "r.json"))
     assert between_runs.load({**facts, "cpu_model": "another CPU"}) is None  # kept for that machine only
 
     # the next run of this machine copies it into its machine.json; the answers' intervals add it
