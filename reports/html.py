@@ -17,7 +17,6 @@ import pandas as pd
 from benchmarks.core.hardware.machine import BUSY_SHARE
 from benchmarks.core.records import read_json, write_json_atomic
 from benchmarks.core.running.runner import NOISY
-from benchmarks.core.timing import rerun
 from benchmarks.core.timing.measure import MIN_SAMPLES
 
 from . import claims, figures, ranges, tidy
@@ -103,14 +102,12 @@ def _between(t: pd.DataFrame) -> list[str]:
 
 
 def _said(held: dict | None) -> str:
-    """What a run's answers' intervals add, in a sentence, from its ``machine.json``'s ``between_runs``."""
+    """What a run's answers' intervals add between runs, in a short sentence (the answers table starts on the first
+    screen), from its ``machine.json``'s ``between_runs``."""
     if not held or not held.get("variance"):
-        return ("No variance between runs was measured for this machine, so a change in its state between runs moves a "
-                "rerun's figure further than its interval says: attention-bench reproduce over three runs or more "
-                "measures it, and later runs add it.")
-    return (f"The answers' intervals add the variance between runs of this machine that attention-bench reproduce "
-            f"measured over {len(held.get('runs') or ())} runs on {str(held.get('measured_at', '?'))[:10]} (alone, "
-            f"it would span {rerun.between_widths(held['variance'])}); the plots' bars are the run's own.")
+        return "Not included: what moves between this machine's runs (attention-bench reproduce measures it)."
+    return (f"It includes what moved between {len(held.get('runs') or ())} runs of this machine (attention-bench "
+            f"reproduce, {str(held.get('measured_at', '?'))[:10]}; the plots' bars do not).")
 
 
 def _order(v):

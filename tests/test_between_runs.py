@@ -136,10 +136,10 @@ def test_reproduce_keeps_it_for_the_machine_and_the_machines_next_run_adds_it_to
     wide = {a.key: a for a in run_all(tidy.load([run]), "vm")}["c1_length"].intervals["speedup_cpu_tiny_n16"]
     assert wide == pytest.approx(got["figures"][key][1:])  # the page states what reproduce checks
     page = open(publish.build([run], str(tmp_path / "report"))).read()
-    assert "The answers&#39; intervals add the variance between runs of this machine" in page
+    assert "It includes what moved between 3 runs of this machine (attention-bench reproduce," in page
 
 
 def test_a_page_without_it_says_so(tmp_path, fake_peaks):
     run = measured_run(tmp_path / "run")
     page = open(publish.build([run], str(tmp_path / "report"))).read()
-    assert "No variance between runs was measured for this machine" in page
+    assert "Not included: what moves between this machine&#39;s runs" in page

@@ -92,9 +92,14 @@ def test_compare_puts_the_change_the_constants_predict_beside_the_change_measure
     assert explained.factors(first, second) and set(explained.factors(first, second).values()) == {1.0}
     meta = os.path.join(second, "machine.json")
     saved = json.load(open(meta))
-    for c in saved["constants"].values():  # a machine whose kernels run 10x faster, its host costs the same
-        for kernel in c["kernels"].values():
-            kernel["flops_per_s"] = [r * 10 for r in kernel["flops_per_s"]]
+    for c in saved["constants"].values():  # a machine whose kernels and memory run 10x faster, its host the same
+        for kernel in c["kernels"].values():  # (kernels alone would leave a call whose every operator the quick
+            kernel["flops_per_s"] = [r * 10 for r in kernel["flops_per_s"]]  # constants price by its bytes as it was)
+        c["copy_bytes_per_s"], c["triad_bytes_per_s"] = c["copy_bytes_per_s"] * 10, c["triad_bytes_per_s"] * 10
+        for rate in ("copy_bytes_per_s", "fresh_bytes_per_s"):
+            c["memory"][rate] = [r * 10 for r in c["memory"][rate]]
+        for name, rates in c["pointwise"]["written_bytes_per_s"].items():
+            c["pointwise"]["written_bytes_per_s"][name] = [r * 10 for r in rates]
     json.dump(saved, open(meta, "w"))
     f = explained.factors(first, second)
     by_model = {dict(params)["model"]: v for (_, method, params), v in f.items() if method == "forward"}
