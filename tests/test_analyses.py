@@ -130,18 +130,24 @@ def test_roofline_fraction_of_the_measured_peak():
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
 
 
-def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
-    # math at n = 128 ran at two levels (a process whose allocator kept its buffers, two that gave them back);
-    # n = 256 is steady. The median makes n = 256 the best, but the interval must reach n = 128's fast process
+def _math_at_n128(**n128):
+    """C2 on math attention at n = 128 (30 GFLOP/s at the median, with ``n128``'s spans) and n = 256 (32, steady),
+    against a 100 GFLOP/s peak."""
     achieved = rows("attention", "achieved_flops_per_s", {(("backend", "math"), ("seq_len", 128)): 30e9,
                                                           (("backend", "math"), ("seq_len", 256)): 32e9},
                     device="cpu", threads=2)
-    achieved[0].update(low=29e9, high=52e9, modes="8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 "
-                       "processes, 8160 page faults per call")
+    achieved[0].update(**n128)
     achieved[1].update(low=31e9, high=33e9)
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
-    a = c2_roofline.analyse(table(achieved, peak))
+    return c2_roofline.analyse(table(achieved, peak))
+
+
+def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
+    # math at n = 128 ran at two levels (a process whose allocator kept its buffers, two that gave them back);
+    # n = 256 is steady. The median makes n = 256 the best, but the interval must reach n = 128's fast process
+    a = _math_at_n128(low=29e9, high=52e9, modes="8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 "
+                      "processes, 8160 page faults per call")
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.32)
     assert a.intervals["best_fraction_cpu_math"] == (pytest.approx(0.31), pytest.approx(0.52))
     assert "math 32% (31-52%)" in a.answer
@@ -151,15 +157,8 @@ def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
 def test_a_case_at_two_modes_counts_at_its_faster_one_and_the_answer_says_its_slowest_process():
     # math at n = 128: 3 processes kept their buffers (52 GFLOP/s), 2 gave them back (27): the median of 5 falls in
     # either mode from run to run, so C2 (what a backend reaches) takes the faster mode, with its own interval
-    achieved = rows("attention", "achieved_flops_per_s", {(("backend", "math"), ("seq_len", 128)): 30e9,
-                                                          (("backend", "math"), ("seq_len", 256)): 32e9},
-                    device="cpu", threads=2)
-    achieved[0].update(low=25e9, high=56e9, lowest=27e9, highest=53e9, processes=5, fast=52e9, fast_low=49e9,
-                       fast_high=55e9, modes="9 ms in 3 processes; 17 ms in 2 processes")
-    achieved[1].update(low=31e9, high=33e9)
-    peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
-                dtype="float32")
-    a = c2_roofline.analyse(table(achieved, peak))
+    a = _math_at_n128(low=25e9, high=56e9, lowest=27e9, highest=53e9, processes=5, fast=52e9, fast_low=49e9,
+                      fast_high=55e9, modes="9 ms in 3 processes; 17 ms in 2 processes")
     assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.52)
     assert a.intervals["best_fraction_cpu_math"] == (pytest.approx(0.49), pytest.approx(0.55))
     assert "math 52% (49-55%) (its faster mode; its slowest process 27%)" in a.answer
