@@ -15,7 +15,7 @@ import jinja2
 import pandas as pd
 
 from benchmarks.core.hardware.machine import BUSY_SHARE
-from benchmarks.core.records import read_json, write_json_atomic
+from benchmarks.core.records import write_json_atomic
 from benchmarks.core.running.runner import NOISY
 from benchmarks.core.timing.measure import MIN_SAMPLES
 
@@ -93,12 +93,7 @@ def _runs(t: pd.DataFrame) -> pd.DataFrame:
 
 def _between(t: pd.DataFrame) -> list[str]:
     """What each runner folder's answers' intervals add between runs (``_said``), once per distinct sentence."""
-    said = []
-    for run in dict.fromkeys(t[t.source == "runner"].run.dropna()):
-        meta = os.path.join(run, "machine.json")
-        if os.path.exists(meta):
-            said.append(_said(read_json(meta).get("between_runs")))
-    return list(dict.fromkeys(said))
+    return list(dict.fromkeys(_said(tidy.between_runs_of(run)) for run in t[t.source == "runner"].run.dropna()))
 
 
 def _said(held: dict | None) -> str:

@@ -35,7 +35,8 @@ from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS
 from .peaks import impossible, peak_key, peaks_of, too_low
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "constants_of", "counted",
-           "between_of_run", "from_asv", "from_runner", "load", "load_pairs", "load_profiles", "unique_paths"]
+           "between_of_run", "between_runs_of", "from_asv", "from_runner", "load", "load_pairs", "load_profiles",
+           "unique_paths"]
 
 
 def _params_from_key(name: str) -> tuple[str, str, dict]:
@@ -364,13 +365,19 @@ def load_pairs(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     return out
 
 
-def between_of_run(folder: str) -> dict[str, float]:
-    """The variance between runs of its machine that a run folder's ``machine.json`` holds, by group of figures
-    (``benchmarks.core.hardware.between_runs``; ``reports.analyses.base.Analysis.interval`` adds it); empty for a
-    folder that holds none (or is not a runner folder)."""
+def between_runs_of(folder: str) -> dict:
+    """What a run folder's ``machine.json`` holds of the variance between its machine's runs
+    (``benchmarks.core.hardware.between_runs``: "variance", "runs", "measured_at"); empty for a folder that holds
+    none (or is not a runner folder)."""
     meta = os.path.join(folder, "machine.json")
-    held = (read_json(meta).get("between_runs") or {}) if os.path.exists(meta) else {}
-    return {k: float(v) for k, v in (held.get("variance") or {}).items() if isinstance(v, (int, float)) and v > 0}
+    return (read_json(meta).get("between_runs") or {}) if os.path.exists(meta) else {}
+
+
+def between_of_run(folder: str) -> dict[str, float]:
+    """The variance between runs by group of figures that a run folder holds (``between_runs_of``), which
+    ``reports.analyses.base.Analysis.interval`` adds."""
+    held = between_runs_of(folder).get("variance") or {}
+    return {k: float(v) for k, v in held.items() if isinstance(v, (int, float)) and v > 0}
 
 
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:

@@ -107,9 +107,9 @@ def widened(value: float, low: float, high: float, between: float) -> tuple[floa
 
 def standard_error2(low: float, high: float, samples: int) -> float:
     """The squared standard error (of logs) of a figure whose interval ``half_width`` gave from ``samples``
-    samples moderated by a prior (its t at PRIOR_DOF + samples - 1 dof), or from a bootstrap (``samples`` 1: at
-    Z): what a run says of its own figure, for ``reports.reproduce.between_runs`` to measure what moves beyond it."""
-    quantile = t_quantile(0.5 + CONFIDENCE / 2, PRIOR_DOF + samples - 1) if samples > 1 else Z
+    samples moderated by a prior (its t at PRIOR_DOF + samples - 1 dof): what a run says of its own figure, for
+    ``reports.reproduce.between_runs`` to measure what moves beyond it."""
+    quantile = t_quantile(0.5 + CONFIDENCE / 2, PRIOR_DOF + samples - 1)
     return (math.log(high / low) / 2 / quantile / math.sqrt(2)) ** 2
 
 
