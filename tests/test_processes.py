@@ -5,6 +5,7 @@ import json
 import math
 import mmap
 import os
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -91,6 +92,46 @@ def test_a_timed_round_counts_the_page_faults_of_its_calls():
     assert measure.timed_round(nothing_new, "cpu", 0.05)["faults_per_call"] < 64
 
 
+def _faulting_calls(first: int):
+    """A 2 ms call that maps and writes 8 MiB afresh on its first ``first`` calls (every page faults in), and
+    then does not: a process settling into its memory state; and its list of calls."""
+    size, zeros, calls = 8 * 2**20, bytes(8 * 2**20), []
+
+    def fn():
+        calls.append(None)
+        if len(calls) <= first:
+            with mmap.mmap(-1, size) as pages:
+                pages.write(zeros)
+        time.sleep(0.002)
+    return fn, calls
+
+
+def test_a_cheap_round_that_faults_settles_and_is_timed_again_in_the_state_it_settled_in(monkeypatch):
+    settling, calls = _faulting_calls(first=8)  # faults through the first timing, then stops
+    settled = measure.timed_round(settling, "cpu", 0.05)
+    # timed once, its 8 faulting calls would count; after them come the settled round's calls
+    assert settled["faults_per_call"] < measure.FAULT_PAGES
+    assert len(calls) > 8 + settled["blocks"] * settled["calls_per_block"]
+    always, _ = _faulting_calls(first=10**9)
+    assert measure.timed_round(always, "cpu", 0.05)["faults_per_call"] >= 2048  # no settled state to find
+    # a call that costs more than CHEAP_SHARE of the round is timed once, however it faults
+    slow, _ = _faulting_calls(first=10**9)
+    settled_calls = []
+    monkeypatch.setattr(measure, "settle", lambda fn: settled_calls.append(fn))
+    assert measure.timed_round(lambda: (slow(), time.sleep(0.03)), "cpu", 0.05)["faults_per_call"] >= 2048
+    assert settled_calls == []
+    measure.timed_round(always, "cpu", 0.05)
+    assert settled_calls == [always]
+
+
+def test_processes_that_fault_on_every_call_of_a_cheap_case_are_unsettled():
+    faulting = [_round(0.001, pid=i, faults=9000) for i in range(3)]
+    assert measure.faulting_throughout(faulting, 0.01)
+    assert not measure.faulting_throughout(faulting, 0.001)  # not cheap in a round this short
+    assert not measure.faulting_throughout(faulting[:2] + [_round(0.001, pid=3, faults=40)], 0.01)
+    assert not measure.faulting_throughout([], 0.01)
+
+
 def test_a_record_over_processes_carries_their_range_and_count():
     rounds = [_round(0.020, pid=7), _round(0.010, pid=8), _round(0.011, pid=9)]
     fields = measure.combined(rounds)
@@ -149,14 +190,19 @@ def test_a_case_with_two_modes_is_listed_with_both_levels(tmp_path):
     assert len(listed) == 1 and listed["lowest process s"][0] == 0.014 and listed["highest process s"][0] == 0.028
 
 
-def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks, monkeypatch):
-    """After the planned rounds, up to EXTRA_ROUNDS more for the cases still with two modes, only for them."""
-    bimodal = PLAN[0][1]  # the tiny transformer: 14 ms in odd rounds, 28 ms in even ones
+@pytest.mark.parametrize("unsettled", ["two modes", "faulting throughout"])
+def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks, monkeypatch, unsettled):
+    """After the planned rounds, up to EXTRA_ROUNDS more for the cases still unsettled, only for them: with two
+    modes, or faulting on every call of a cheap case in every process (each may have drawn the slower state)."""
+    bimodal = PLAN[0][1]  # the tiny transformer: 14 ms in odd rounds, 28 ms in even ones; or 1 ms, faulting
 
     def fake(case, method, *, previous=None, **kw):
         round_ = len((previous or {}).get("rounds", [])) + 1
-        median = 0.028 if case.params == bimodal and round_ % 2 == 0 else 0.014
-        rounds = (previous or {}).get("rounds", []) + [_round(median, pid=round_)]
+        if unsettled == "two modes":
+            median, faults = 0.028 if case.params == bimodal and round_ % 2 == 0 else 0.014, None
+        else:  # cheap in a round of 0.1 / 3 s; the other case faults too, but not cheaply
+            median, faults = (0.001, 9000) if case.params == bimodal else (0.04, 9000)
+        rounds = (previous or {}).get("rounds", []) + [_round(median, pid=round_, faults=faults)]
         return {**measure.combined(rounds), "tokens": 1, "matmul_flops": 1, "other_flops": 0}
 
     monkeypatch.setattr(measure, "measure", fake)
@@ -170,15 +216,16 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
         self._rounds(remaining, [round_], tqdm_off(), last=round_)
 
     monkeypatch.setattr(runner.Runner, "round_in_process", in_this_process)
-    r = runner.Runner(str(tmp_path), min_run_time=0.01, rounds=3, fresh=True)
+    r = runner.Runner(str(tmp_path), min_run_time=0.1, rounds=3, fresh=True)
     r.run(PLAN, progress=False)
     assert [n for n, _ in started] == [1, 2, 3, 4, 5]
-    assert started[3][1] == started[4][1] == ["transformer"]  # only the case with two modes
+    assert started[3][1] == started[4][1] == ["transformer"]  # only the unsettled case
     for rec in r.records:
         two = rec["params"] == bimodal
-        assert len(rec["rounds"]) == (5 if two else 3) and bool(rec.get("modes")) == two
+        assert len(rec["rounds"]) == (5 if two else 3)
+        assert bool(rec.get("modes")) == (two and unsettled == "two modes")
     started.clear()  # a second run finds every case whole, those with more rounds than planned too
-    again = runner.Runner(str(tmp_path), min_run_time=0.01, rounds=3, fresh=True).run(PLAN, progress=False)
+    again = runner.Runner(str(tmp_path), min_run_time=0.1, rounds=3, fresh=True).run(PLAN, progress=False)
     assert again["resumed"] == len(PLAN) and started == []
 
 

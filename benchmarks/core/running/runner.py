@@ -15,7 +15,8 @@ speed changes over seconds, two such runs agree more closely than two runs of on
 The command lines run each round in a fresh process (``fresh``): what one process happens to get (its
 pages, its allocator's state, its place on the cores) moves a case's time by a few per cent, or by 2x
 for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
-one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels).
+one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels, or
+where each faulted in pages on every call: ``Runner.unsettled``).
 
 ``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks.world``
 spreads a grid over torchrun's ranks.
@@ -150,9 +151,13 @@ class Runner:
             return self.rounds, record
         return len(record.get("rounds", [None])), record
 
-    def two_modes(self, area: str, params: dict) -> bool:
-        """Whether a method of the case ran at two levels in the processes so far (``measure.modes_of``)."""
-        return any((self.recorded(area, m, params)[1] or {}).get("modes") for m in self.methods(area, params))
+    def unsettled(self, area: str, params: dict) -> bool:
+        """Whether a method of the case ran at two levels in the processes so far (``measure.modes_of``), or
+        faulted in pages on every call in each of them (``measure.faulting_throughout``: each process may have
+        drawn the slower memory state)."""
+        records = [self.recorded(area, m, params)[1] or {} for m in self.methods(area, params)]
+        return any(r.get("modes") or measure.faulting_throughout(r.get("rounds", []), self.min_run_time / self.rounds)
+                   for r in records)
 
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
@@ -290,8 +295,8 @@ class Runner:
                 for round_ in range(1, self.rounds + 1) if remaining else ():  # none for a whole folder
                     self.round_in_process(remaining, round_, progress)
                 for round_ in range(self.rounds + 1, self.rounds + EXTRA_ROUNDS + 1):
-                    unsettled = [(a, p) for a, p in remaining if self.two_modes(a, p)]
-                    if unsettled:  # more processes where the processes disagree: a steadier median
+                    unsettled = [(a, p) for a, p in remaining if self.unsettled(a, p)]
+                    if unsettled:  # more processes where they disagree or may all have drawn the slower state
                         self.round_in_process(unsettled, round_, progress)
             else:
                 with bar:
@@ -365,7 +370,7 @@ class Runner:
 
 #: the exit codes of a round's process stopped by Ctrl-C, and by a full disk
 EXIT_INTERRUPTED, EXIT_DISK_FULL = 130, 28
-#: rounds in fresh processes after the planned ones, each for the cases still with two modes (run's rounds > 1)
+#: rounds in fresh processes after the planned ones, each for the cases still unsettled (run's rounds > 1)
 EXTRA_ROUNDS = 2
 
 

@@ -48,6 +48,11 @@ MODE_GAP, MODE_SPREADS = 0.10, 3.0
 #: the factor is modest. Processes split so are two modes even when their own blocks are too spread for
 #: MODE_SPREADS to tell.
 FAULT_PAGES, FAULT_FACTOR = 256, 2.0
+#: a process whose timed calls each fault in more than FAULT_PAGES pages may still be settling into its memory
+#: state (the C library's allocator adapts its large-buffer threshold over the first calls); a cheap case (a
+#: call in at most CHEAP_SHARE of the round's time) calls the case up to SETTLE_CALLS more times, until one
+#: call faults in no more than FAULT_PAGES, and is timed again, so that its round measures the state it settled in
+SETTLE_CALLS, CHEAP_SHARE = 3, 0.5
 
 
 @dataclass
@@ -63,6 +68,10 @@ class Timing:
     @property
     def iqr(self) -> float:
         return self.q75 - self.q25
+
+    @property
+    def calls(self) -> int:
+        return self.blocks * self.calls_per_block
 
 
 def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
@@ -104,21 +113,53 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
     """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
     before and just after it (their geometric mean), the share of the cores other processes used while it
     was timed (``machine.others_cpu_share``; CPU cases), the process's minor page faults per timed call
-    (``faults_per_call``: the warm-up's included, over the timed calls) and when it started."""
+    (``faults_per_call``: the warm-up's included, over the timed calls) and when it started. A cheap CPU case
+    whose calls fault heavily settles first and is timed again (SETTLE_CALLS)."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     before = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     counters = cpu_counters() if control else None
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    timing = blocked_timing(fn, min_run_time)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    timing, faults = _faulting(blocked_timing, fn, min_run_time)
+    if device == "cpu" and cheap(timing.median, min_run_time) and faults > FAULT_PAGES * timing.calls:
+        settle(fn)
+        timing, faults = _faulting(blocked_timing, fn, min_run_time)
     others = others_cpu_share(counters, cpu_counters()) if control else None
     after = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
             "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others,
-            "faults_per_call": faults / (timing.blocks * timing.calls_per_block)}
+            "faults_per_call": faults / timing.calls}
+
+
+def _faulting(time_it: Callable, fn: Callable[[], Any], min_run_time: float) -> tuple[Timing, int]:
+    """``time_it(fn, min_run_time)`` and the minor page faults the process took meanwhile."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    timing = time_it(fn, min_run_time)
+    return timing, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def cheap(seconds: float, min_run_time: float) -> bool:
+    """Whether a call of ``seconds`` is cheap enough to settle in a round of ``min_run_time`` (CHEAP_SHARE)."""
+    return seconds <= CHEAP_SHARE * min_run_time
+
+
+def settle(fn: Callable[[], Any]) -> int:
+    """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, SETTLE_CALLS calls at most; the
+    calls made."""
+    for calls in range(1, SETTLE_CALLS + 1):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        fn()
+        if resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before <= FAULT_PAGES:
+            break
+    return calls
+
+
+def faulting_throughout(rounds: list[dict], min_run_time: float) -> bool:
+    """Whether every process so far faulted in more than FAULT_PAGES pages per call of a case cheap enough to
+    settle (``cheap``): each may have drawn the slower memory state, and a further process may draw the other."""
+    return bool(rounds) and all((r.get("faults_per_call") or 0) > FAULT_PAGES and cheap(r["median_s"], min_run_time)
+                                for r in rounds)
 
 
 def combined(rounds: list[dict]) -> dict:
