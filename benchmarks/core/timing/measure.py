@@ -144,15 +144,13 @@ def cheap(seconds: float, min_run_time: float) -> bool:
     return seconds <= CHEAP_SHARE * min_run_time
 
 
-def settle(fn: Callable[[], Any]) -> int:
-    """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, SETTLE_CALLS calls at most; the
-    calls made."""
-    for calls in range(1, SETTLE_CALLS + 1):
+def settle(fn: Callable[[], Any]) -> None:
+    """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, SETTLE_CALLS calls at most."""
+    for _ in range(SETTLE_CALLS):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         fn()
         if resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before <= FAULT_PAGES:
-            break
-    return calls
+            return
 
 
 def faulting_throughout(rounds: list[dict], min_run_time: float) -> bool:
