@@ -163,6 +163,14 @@ def first(values) -> object:
     return next(iter(values), None)
 
 
+def span(a: Analysis, key: str) -> str:
+    """' (lo-hi%)' for a fraction or share with an interval (``Analysis.intervals``), else ''."""
+    if key not in a.intervals:
+        return ""
+    low, high = a.intervals[key]
+    return f" ({low:.0%}-{high:.0%})".replace("%-", "-")
+
+
 def fmt_ratio(x: float) -> str:
     """'2.00×' (one decimal from 10× on)."""
     return f"{x:.2f}×" if x < 10 else f"{x:.1f}×"

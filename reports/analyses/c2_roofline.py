@@ -8,7 +8,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from .base import Analysis, conditions, devices, gpu_missing, hold_axes, not_measured, ok_rows, time_curves
+from .base import Analysis, conditions, devices, gpu_missing, hold_axes, not_measured, ok_rows, span, time_curves
 
 
 def analyse(t: pd.DataFrame) -> Analysis:
@@ -48,7 +48,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
                 for k, b in [("gemm_peak", None)] + [("best_fraction", b) for b in a.tables[f"achieved_{device}"]]]
     a.answer = " ".join(
         "Best fraction of the measured GEMM peak on " + device + ": "
-        + ", ".join(f"{b} {a.numbers[f'best_fraction_{device}_{b}']:.0%}" + _span(a, f"best_fraction_{device}_{b}")
+        + ", ".join(f"{b} {a.numbers[f'best_fraction_{device}_{b}']:.0%}" + span(a, f"best_fraction_{device}_{b}")
                     + _slower(rows[(rows.device == device) & (rows.backend == b)], a.tables[f"achieved_{device}"][b],
                               a.numbers[f"gemm_peak_{device}"])
                     for b in a.tables[f"achieved_{device}"])
@@ -86,14 +86,6 @@ def _two_modes(rows: pd.DataFrame) -> str:
         return ""
     split = rows.dropna(subset=["modes"])
     return "".join(f" (two modes at n = {int(r.seq_len)}: {r.modes})" for r in split.itertuples())
-
-
-def _span(a: Analysis, key: str) -> str:
-    """' (lo-hi%)' for a fraction with an interval over processes, else ''."""
-    if key not in a.intervals:
-        return ""
-    low, high = a.intervals[key]
-    return f" ({low:.0%}-{high:.0%})".replace("%-", "-")
 
 
 def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> float:

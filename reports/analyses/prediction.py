@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.core.timing import rerun
 
 from .. import tidy
-from .base import Analysis, conditions, fmt_ratio, fmt_time
+from .base import Analysis, conditions, fmt_ratio, fmt_time, span
 from .fits import crossover
 
 #: what good looks like for the model over a run's timed cases: median and 90th percentile of
@@ -20,11 +21,14 @@ from .fits import crossover
 TARGET_MEDIAN, TARGET_P90 = 0.15, 0.40
 #: the worst cases named on the page
 WORST = 5
+#: simulated reruns behind the errors' intervals (``error_draws``)
+DRAWS = 400
 
 
 def pairs(t: pd.DataFrame) -> pd.DataFrame:
     """One row per timed case with a prediction: its axes, ``measured`` and ``predicted`` seconds, the three
-    predicted terms, its ``bound`` and ``ratio`` (predicted / measured)."""
+    predicted terms, its ``bound``, ``ratio`` (predicted / measured) and, where the run states one, the measured
+    time's interval (``low``, ``high``)."""
     keys = ["area", "method", *[c for c in tidy.PARAMS if c in t]]
     metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead"]
     rows = t[t.metric.isin(metrics) & (t.status == "ok")].dropna(subset=["value"])
@@ -33,7 +37,8 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     filled = rows.assign(**{k: rows[k].astype(object).where(rows[k].notna(), "") for k in keys})
     wide = filled.pivot_table(index=keys, columns="metric", values="value", aggfunc="median")
     bound = filled[filled.metric == "predicted_time"].groupby(keys).bound.first()
-    wide = wide.join(bound).dropna(subset=["time", "predicted_time"]).reset_index()
+    spans = filled[filled.metric == "time"].groupby(keys)[[c for c in ("low", "high") if c in filled]].median()
+    wide = wide.join(bound).join(spans).dropna(subset=["time", "predicted_time"]).reset_index()
     wide = wide.rename(columns={"time": "measured", "predicted_time": "predicted", "predicted_compute": "compute",
                                 "predicted_memory": "memory", "predicted_overhead": "overhead"})
     wide["ratio"] = wide.predicted / wide.measured
@@ -54,6 +59,20 @@ def _errors(p: pd.DataFrame) -> pd.DataFrame:
     table.loc[("all", "all", ""), :] = [len(p), err.median(), err.quantile(0.9), p.ratio.median()]
     table["cases"] = table.cases.astype(int)
     return table
+
+
+def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> np.ndarray | None:
+    """The model's median and 90th-percentile error over the cases, ``draws`` times, each case's measured time
+    drawn from its interval (log-normal at the standard error the interval states, ``rerun.standard_error2``;
+    a case without one as measured): their spread is what the cases' measurement errors give the two figures.
+    None where no case has an interval. Seeded: one run's table gives one interval."""
+    if "low" not in p or p.low.isna().all():
+        return None
+    se = np.sqrt([rerun.standard_error2(lo, hi, 3) if lo == lo and lo > 0 else 0.0 for lo, hi in zip(
+        p.low, p.high, strict=True)])
+    noise = np.random.default_rng(0).standard_normal((draws, len(p))) * se
+    err = np.abs(p.predicted.to_numpy() / (p.measured.to_numpy() * np.exp(noise)) - 1)
+    return np.stack([np.median(err, axis=1), np.quantile(err, 0.9, axis=1)], axis=1)
 
 
 def _misled(row) -> str:
@@ -121,6 +140,10 @@ def analyse(t: pd.DataFrame) -> Analysis:
     a.tables["errors"] = errors
     median, p90 = errors.loc[("all", "all", ""), "median_error"], errors.loc[("all", "all", ""), "p90_error"]
     a.numbers.update(median_error=median, p90_error=p90, cases=len(p))
+    draws = error_draws(p)
+    if draws is not None:
+        for i, key in enumerate(("median_error", "p90_error")):
+            a.interval(key, *rerun.from_draws(a.numbers[key], draws[:, i]))
     worst = p.assign(off=np.abs(np.log(p.ratio))).nlargest(WORST, "off")
     a.tables["worst"] = pd.DataFrame({"case": [_label(r) for _, r in worst.iterrows()],
                                       "measured": worst.measured.values, "predicted": worst.predicted.values,
@@ -162,8 +185,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
         a.verdict += f" {h} heads against 1 at equal FLOPs ({shape}, with W_O): " + "; ".join(
             f"{s} {fmt_ratio(heads_p[s])} predicted, {fmt_ratio(heads_m[s])} measured" for s in heads_m.index) + "."
     a.quoted = ["median_error", "p90_error", "cases"]
-    a.answer = (f"Predicted from micro-benchmarked constants alone: median error {median:.0%}, 90th percentile "
-                f"{p90:.0%} over {len(p)} cases"
+    a.answer = (f"Predicted from micro-benchmarked constants alone: median error {median:.0%}"
+                f"{span(a, 'median_error')}, 90th percentile {p90:.0%}{span(a, 'p90_error')} over {len(p)} cases"
                 + (f"; C1 crossover {'none' if not cross_p else f'n ≈ {cross_p:.0f}'} predicted, "
                    f"{'none' if not cross_m else f'n ≈ {cross_m:.0f}'} measured." if not measured.empty else "."))
     median_case = fmt_time(p.measured.median())

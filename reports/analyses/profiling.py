@@ -8,12 +8,16 @@ component's time grows with the head count (C3/C4).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from benchmarks.core.profiling.profiler import SUM_TOLERANCE
+from benchmarks.core.timing import rerun
 
 from .base import Analysis
 
+#: resamples of the profiled cases behind the median overhead's interval
+BOOTSTRAP = 1000
 CASE_COLUMNS = ["case", "area", "method", "device", "threads", "unprofiled_s", "profiled_s", "overhead",
                 "components_total_s", "sum_over_unprofiled", "sum_within_tolerance", "flops_match_analytic",
                 "sequential_depth", "op_launches", "peak_bytes", "folder", "trace", "memory_figure", "commit"]
@@ -74,14 +78,19 @@ def analyse(t: pd.DataFrame) -> Analysis:
                    links="files under the report folder")
     within = int(cases.sum_within_tolerance.sum())
     match = int(cases.flops_match_analytic.sum())
+    slowdown = 1 + cases.overhead.to_numpy(dtype=float)  # profiled / unprofiled: positive, so it has a log
     a.numbers.update(profiles=len(cases), sum_within_tolerance=within, flops_match=match,
-                     median_overhead=float(cases.overhead.median()), max_overhead=float(cases.overhead.max()))
+                     profiled_over_unprofiled=float(np.median(slowdown)), max_overhead=float(cases.overhead.max()))
+    if len(cases) > 1:  # which cases and each one's noise: the median's bootstrap over the profiled cases
+        a.interval("profiled_over_unprofiled", *rerun.from_draws(a.numbers["profiled_over_unprofiled"], np.median(
+            np.random.default_rng(0).choice(slowdown, (BOOTSTRAP, len(slowdown))), axis=1)))
+        a.interval("sum_within_tolerance", *rerun.count_interval(within, len(cases)))
     worst = cases.loc[cases.overhead.idxmax()]
     sentences = [f"{len(cases)} cases profiled on {'/'.join(sorted(cases.device.unique()))} "
                  f"({'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads). "
                  f"Component matmul FLOPs equal the analytic model in {match} of {len(cases)}; the components sum "
                  f"to within {SUM_TOLERANCE:.0%} of the unprofiled call in {within} of {len(cases)}. The profiler's "
-                 f"overhead is {cases.overhead.median():+.0%} at the median and {worst.overhead:+.0%} at worst "
+                 f"overhead is {_overhead(a)} at the median and {worst.overhead:+.0%} at worst "
                  f"({worst.label}, {worst.op_launches} launches); a component's time includes its share of it."]
     for _, r in cases.iterrows():
         comps = t[t.case == r.case].sort_values("share", ascending=False)
@@ -90,14 +99,25 @@ def analyse(t: pd.DataFrame) -> Analysis:
         if r.area == "models":
             sentences.append(f"{r.label}: {top}; matmul components {r.matmul_share:.0%}.")
     a.verdict = " ".join(sentences)
-    a.quoted = ["profiles", "flops_match", "sum_within_tolerance", "median_overhead"]
+    a.quoted = ["profiles", "flops_match", "sum_within_tolerance", "profiled_over_unprofiled"]
+    counted = a.intervals.get("sum_within_tolerance")
     a.answer = (f"{len(cases)} cases profiled: component FLOPs equal the model in {match}, components sum to within "
-                f"{SUM_TOLERANCE:.0%} of the call in {within}; median profiler overhead "
-                f"{cases.overhead.median():+.0%}.")
+                f"{SUM_TOLERANCE:.0%} of the call in {within}" + (f" (a rerun: {counted[0]:.0f}-{counted[1]:.0f})"
+                                                                   if counted else "")
+                + f"; median profiler overhead {_overhead(a)}.")
     a.conditions = (f"{'/'.join(sorted(cases.device.unique()))}, "
                     f"{'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads; "
                     f"each bar names its case")
     return a
+
+
+def _overhead(a: Analysis) -> str:
+    """The profiler's median overhead, signed, with its interval where there is one: '+1% (-1% to +3%)'."""
+    said = f"{a.numbers['profiled_over_unprofiled'] - 1:+.0%}".replace("-0%", "+0%")
+    if "profiled_over_unprofiled" in a.intervals:
+        low, high = a.intervals["profiled_over_unprofiled"]
+        said += f" ({low - 1:+.0%} to {high - 1:+.0%})"
+    return said
 
 
 def heads_explained(t: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:

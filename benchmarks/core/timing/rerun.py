@@ -98,6 +98,21 @@ def interval(value: float, width: float) -> tuple[float, float]:
     return value * math.exp(-width), value * math.exp(width)
 
 
+def from_draws(value: float, draws: np.ndarray) -> tuple[float, float]:
+    """The interval of a positive ``value`` whose sampling distribution ``draws`` are (a bootstrap, or a
+    simulation from its inputs' errors): their log standard deviation as its standard error, at Z, x sqrt(2)."""
+    return interval(value, Z * float(np.std(np.log(draws), ddof=1)) * math.sqrt(2))
+
+
+def count_interval(count: int, n: int) -> tuple[float, float]:
+    """The interval of ``count`` of ``n`` (each one a draw that a rerun makes again, a check that passes or
+    fails, say): the binomial's variance at Agresti and Coull's proportion ((count + 2) / (n + 4): a count of 0
+    or n still varies), twice (this run's count and the rerun's), at Z, within [0, n]."""
+    p = (count + 2) / (n + 4)
+    width = Z * math.sqrt(2 * n * p * (1 - p))
+    return max(0.0, count - width), min(float(n), count + width)
+
+
 def widened(value: float, low: float, high: float, between: float) -> tuple[float, float]:
     """The interval (low, high) of ``value`` with a variance ``between`` (of logs) between runs added: the two
     runs' states are independent, so their difference adds 2 x ``between`` to the rerun's variance, at Z."""
