@@ -4,9 +4,12 @@ possible on this machine (never counted, and they raise no peak)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from benchmarks.core import records
 from benchmarks.core.hardware import machine
 from benchmarks.core.records import case_key
+from benchmarks.core.timing import rerun
 
 
 def peaks_of(saved: dict) -> dict[str, float]:
@@ -19,6 +22,19 @@ def peaks_of(saved: dict) -> dict[str, float]:
             key = f"{device}/{dtype}/{saved['machine']['torch_threads']}"
         peaks[key] = max(peak, peaks.get(key, 0.0))
     return peaks
+
+
+def peak_interval(saved: dict, key: str, peak: float) -> tuple[float, float] | None:
+    """Where a rerun's calibrated peak ``key`` lands: a best of the run's few calibrations (machine.json's
+    ``calibrations``: at its start and end), which varies about as their median does, its log variance
+    moderated by the variance of the run's other peaks between calibrations (``rerun.half_width``); None
+    with one calibration."""
+    calibrations = [c for c in saved.get("calibrations") or [] if isinstance(c, dict)]
+    logs = {k: np.log([c[k] for c in calibrations if records.positive(c.get(k))]) for k in saved["gemm_peaks"]}
+    prior = rerun.typical_variance(list(logs.values()))
+    if prior is None or len(logs.get(key, ())) < 2:
+        return None
+    return rerun.interval(peak, rerun.half_width(logs[key], prior))
 
 
 def peak_key(rec: dict) -> str:

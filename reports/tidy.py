@@ -32,7 +32,7 @@ from benchmarks.core.records import read_json
 from . import spans_over_processes
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
-from .peaks import impossible, peak_key, peaks_of, too_low
+from .peaks import impossible, peak_interval, peak_key, peaks_of, too_low
 
 __all__ = ["COLUMNS", "GRAPH_METRICS", "NOT_COUNTED", "PARAMS", "UNITS", "asv_method_metric", "constants_of", "counted",
            "between_of_run", "between_runs_of", "from_asv", "from_runner", "load", "load_pairs", "load_profiles",
@@ -88,7 +88,9 @@ def from_runner(folder: str) -> pd.DataFrame:
     peaks = {**calibrated, **{key: achieved for key, (achieved, _) in raised.items()}}
     for key, peak in peaks.items():
         device, dtype, threads = key.split("/")
-        rows.append({**base, "area": "gemm", "method": "matmul", "metric": "gemm_peak_flops_per_s",
+        spans = None if key in raised else peak_interval(saved, key, peak)
+        rows.append({**base, **({"low": spans[0], "high": spans[1]} if spans else {}),
+                     "area": "gemm", "method": "matmul", "metric": "gemm_peak_flops_per_s",
                      "unit": UNITS["gemm_peak_flops_per_s"], "value": peak, "status": "ok", "device": device,
                      "dtype": dtype, "threads": None if device == "cuda" else int(threads),
                      "reason": f"raised from the calibrated {calibrated[key] / 1e9:.1f} GFLOP/s to the "

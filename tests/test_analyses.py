@@ -130,9 +130,9 @@ def test_roofline_fraction_of_the_measured_peak():
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
 
 
-def _math_at_n128(**n128):
+def _math_at_n128(peak_span=None, **n128):
     """C2 on math attention at n = 128 (30 GFLOP/s at the median, with ``n128``'s spans) and n = 256 (32, steady),
-    against a 100 GFLOP/s peak."""
+    against a 100 GFLOP/s peak (with ``peak_span``: its interval)."""
     achieved = rows("attention", "achieved_flops_per_s", {(("backend", "math"), ("seq_len", 128)): 30e9,
                                                           (("backend", "math"), ("seq_len", 256)): 32e9},
                     device="cpu", threads=2)
@@ -140,6 +140,8 @@ def _math_at_n128(**n128):
     achieved[1].update(low=31e9, high=33e9)
     peak = rows("gemm", "gemm_peak_flops_per_s", {(("threads", 2),): 100e9}, method="matmul", device="cpu",
                 dtype="float32")
+    if peak_span:
+        peak[0].update(low=peak_span[0], high=peak_span[1])
     return c2_roofline.analyse(table(achieved, peak))
 
 
@@ -152,6 +154,11 @@ def test_the_best_fraction_spans_every_n_that_a_process_could_make_the_best():
     assert a.intervals["best_fraction_cpu_math"] == (pytest.approx(0.31), pytest.approx(0.52))
     assert "math 32% (31-52%)" in a.answer
     assert "(two modes at n = 128: 8.9 ms in 1 process, 51 page faults per call;" in a.verdict
+    # a peak that a rerun's calibration moves: its interval, and each end of the fraction's further out
+    moved = _math_at_n128(low=29e9, high=52e9, peak_span=(90e9, 110e9))
+    assert moved.intervals["gemm_peak_cpu"] == (90e9, 110e9) and "(peak 100.0 (90-110) GFLOP/s)" in moved.answer
+    low, high = moved.intervals["best_fraction_cpu_math"]
+    assert low < 0.31 and high > 0.52 and moved.numbers["best_fraction_cpu_math"] == pytest.approx(0.32)
 
 
 def test_a_case_at_two_modes_counts_at_its_faster_one_and_the_answer_says_its_slowest_process():

@@ -120,3 +120,16 @@ def test_a_raised_peak_is_said_on_the_page_with_its_calibration(tmp_path, monkey
     assert attention_bench(["report", run, "--report", str(tmp_path / "r")]) == 0
     page = open(tmp_path / "r" / "index.html").read()
     assert "Read with care:" in page and "raised from the calibrated 0.1 GFLOP/s" in page
+
+
+def test_a_peak_states_where_a_reruns_calibration_lands_from_the_runs_calibrations():
+    from reports import peaks
+
+    two, one = "cpu/float32/2", "cpu/float32/1"
+    steady = {"gemm_peaks": {two: 2.1e11, one: 1.1e11},
+              "calibrations": [{two: 2.0e11, one: 1.08e11}, {two: 2.1e11, one: 1.1e11}]}
+    low, high = peaks.peak_interval(steady, two, 2.1e11)
+    assert low < 2.0e11 < 2.1e11 < high
+    shaky = {**steady, "calibrations": [{two: 1.5e11, one: 0.8e11}, {two: 2.1e11, one: 1.1e11}]}
+    assert peaks.peak_interval(shaky, two, 2.1e11)[0] < low  # calibrations further apart: a wider interval
+    assert peaks.peak_interval({**steady, "calibrations": steady["calibrations"][:1]}, two, 2.1e11) is None

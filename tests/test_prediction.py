@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 from run_helpers import ROOT, in_process, measure, quick_measuring
@@ -18,6 +20,7 @@ from benchmarks import cases
 from benchmarks.core import records
 from benchmarks.core.hardware import constants, perfmodel
 from benchmarks.core.running import runner
+from benchmarks.core.timing import rerun
 from reports import predict, tidy
 from reports.analyses import c2_roofline, prediction
 from reports.analyses.prediction import crossover_curves, pairs, where_overtakes
@@ -159,3 +162,32 @@ def test_constants_that_mispredict_their_own_run_are_said_with_every_prediction(
     assert warning and "own constants predict its own cases" in warning and "busy machine" in warning
     assert main(["predict", SHEET, slow]) == 0
     assert "# note: WARNING: " + warning in capsys.readouterr().out
+
+
+def _cases(width: float, n: int = 60) -> pd.DataFrame:
+    """Timed cases whose prediction is 10% off either way, each measured time with a rerun interval of
+    +-``width`` (0: none)."""
+    rng = np.random.default_rng(3)
+    measured = np.exp(rng.normal(-4, 1, n))
+    rows = pd.DataFrame({"measured": measured, "predicted": measured * np.where(np.arange(n) % 2, 1.1, 0.9)
+                         * np.exp(rng.normal(0, 0.05, n))})
+    if width:
+        rows["low"], rows["high"] = measured * math.exp(-width), measured * math.exp(width)
+    return rows
+
+
+def test_the_models_errors_carry_the_spread_their_cases_measurement_errors_give_them():
+    assert prediction.error_draws(_cases(0)) is None  # no measured interval: nothing to draw from
+    narrow, wide = prediction.error_draws(_cases(0.02)), prediction.error_draws(_cases(0.2))
+    spread = lambda d: np.std(np.log(d[:, 0]))  # noqa: E731 (the median error's log spread)
+    assert 0 < spread(narrow) < spread(wide)
+    assert prediction.error_draws(_cases(0.02)).tolist() == narrow.tolist()  # seeded: one table, one interval
+    # a rerun of the cases (each time redrawn at its interval's error) lands inside the stated interval
+    cases_, se = _cases(0.1), 0.1 / (rerun.t_quantile(0.975, 6) * math.sqrt(2))
+    stated = rerun.from_draws(np.median(np.abs(cases_.predicted / cases_.measured - 1)),
+                              prediction.error_draws(cases_)[:, 0])
+    rng, inside = np.random.default_rng(4), []
+    for _ in range(200):
+        rerun_measured = cases_.measured * np.exp(rng.normal(0, se * math.sqrt(2), len(cases_)))
+        inside.append(stated[0] <= np.median(np.abs(cases_.predicted / rerun_measured - 1)) <= stated[1])
+    assert np.mean(inside) >= 0.9

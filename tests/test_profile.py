@@ -147,3 +147,33 @@ def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path):
         torch.set_num_threads(before)
     assert counts == {"ok": 1}
     assert [r["threads"] for r in profiler.load(str(tmp_path))] == [default]
+
+
+def _profiles(overheads, within):
+    """Profile records of tiny Transformers, one per overhead, the first ``within`` adding up."""
+    return [{"area": "models", "method": "forward", "device": "cpu", "threads": 2, "unprofiled_s": 0.01,
+             "profiled_s": 0.01 * (1 + o), "overhead": o, "components_total_s": 0.01, "sum_over_unprofiled": 1.0,
+             "sum_within_tolerance": i < within, "flops_match_analytic": True, "sequential_depth": 10,
+             "op_launches": 100, "peak_bytes": 1, "folder": f"profiles/case-{i}", "trace": "trace.json.gz",
+             "memory_figure": "memory.png", "commit": "abc",
+             "params": {"model": "transformer", "preset": "tiny", "seq_len": 16 + i, "batch": 8},
+             "components": [{"component": "ffn", "time_s": 0.01, "share": 1.0, "calls": 1, "launches": 1,
+                             "analytic_matmul_flops": 1, "counted_matmul_flops": 1, "achieved_flops_per_s": 1e2,
+                             "matmul_component": True}], "memory_by_component": {}}
+            for i, o in enumerate(overheads)]
+
+
+def test_the_profilers_overhead_and_the_profiles_that_add_up_carry_where_a_rerun_lands():
+    from reports.analyses import profiling
+
+    steady = profiling.analyse(profiling.table(_profiles([0.01, 0.012, 0.008, 0.011] * 3, within=11)))
+    spread = profiling.analyse(profiling.table(_profiles([-0.05, 0.0, 0.04, 0.09] * 3, within=11)))
+    widths = []
+    for a in (steady, spread):
+        low, high = a.intervals["profiled_over_unprofiled"]
+        assert low < a.numbers["profiled_over_unprofiled"] < high
+        widths.append(high / low)
+        assert a.intervals["sum_within_tolerance"][0] <= 10 and a.intervals["sum_within_tolerance"][1] == 12
+        assert "(a rerun: " in a.answer and " to +" in a.answer  # the overhead's interval, signed
+    assert widths[0] < widths[1]
+    assert "profiled_over_unprofiled" not in profiling.analyse(profiling.table(_profiles([0.01], 1))).intervals

@@ -125,3 +125,21 @@ def test_a_paired_ratios_interval_is_over_its_sessions_not_its_rounds():
     one_session = _pair_rounds([[[2.0, 2.1, 1.9, 2.05]]]).estimates()[0]
     assert (one_session.low, one_session.high) == pytest.approx(
         (mirrored.estimate([2.0, 2.1, 1.9, 2.05]).low, mirrored.estimate([2.0, 2.1, 1.9, 2.05]).high))
+
+
+def test_an_interval_from_draws_is_their_log_spread_at_z_times_sqrt_2():
+    draws = np.exp(np.random.default_rng(1).normal(np.log(0.07), 0.1, 20000))
+    low, high = rerun.from_draws(0.07, draws)
+    assert math.log(high / 0.07) == pytest.approx(rerun.Z * 0.1 * math.sqrt(2), rel=0.02)
+    assert low * high == pytest.approx(0.07**2)
+
+
+@pytest.mark.parametrize("n, p", [(12, 0.9), (12, 0.5), (30, 0.97)])
+def test_a_counts_interval_holds_a_reruns_count_about_as_often_as_it_says(n, p):
+    rng = np.random.default_rng(2)
+    counts, reruns = rng.binomial(n, p, 4000), rng.binomial(n, p, 4000)
+    inside = np.mean([lo <= r <= hi for (lo, hi), r in zip(
+        (rerun.count_interval(int(c), n) for c in counts), reruns, strict=True)])
+    assert inside >= 0.93
+    assert rerun.count_interval(n, n)[0] < n and rerun.count_interval(0, n)[1] > 0  # all or none still varies
+    assert all(0 <= lo <= c <= hi <= n for c in range(n + 1) for lo, hi in [rerun.count_interval(c, n)])

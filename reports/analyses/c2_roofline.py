@@ -4,6 +4,8 @@ bytes its operators read and write) under both ceilings, the GEMM peak and bandw
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from benchmarks import cases
@@ -23,9 +25,11 @@ def analyse(t: pd.DataFrame) -> Analysis:
     for device in devices(rows):
         d = rows[rows.device == device]
         curves, interval = time_curves(_faster_mode(d), "seq_len", "backend")
-        peak = _peak_at(t, device, d)
+        peak, peak_span = _peak_at(t, device, d)
         a.tables[f"achieved_{device}"] = curves
         a.numbers[f"gemm_peak_{device}"] = peak
+        if peak_span:
+            a.interval(f"gemm_peak_{device}", *peak_span)
         a.plot(f"achieved_{device}", xlabel="sequence length n (tokens)", ylabel="achieved matmul GFLOP/s",
                title=f"Equation (1) on {device} against the GEMM peak", scale=1e-9,
                hline=(peak, "measured GEMM peak") if peak == peak else None)
@@ -33,9 +37,10 @@ def analyse(t: pd.DataFrame) -> Analysis:
         for backend in curves:
             best = curves[backend].max()
             a.numbers[f"best_fraction_{device}_{backend}"] = best / peak
-            if interval:  # the best over n of each n's slowest and of its fastest process: any n may be the best
-                a.interval(f"best_fraction_{device}_{backend}", interval["low"][backend].max() / peak,
-                           interval["high"][backend].max() / peak)
+            if interval:  # the best over n of each n's slowest and of its fastest process: any n may be the best;
+                # over the peak, whose rerun moves too (its interval in quadrature, where it has one)
+                a.interval(f"best_fraction_{device}_{backend}", *_over_peak(
+                    best, interval["low"][backend].max(), interval["high"][backend].max(), peak, peak_span))
             parts.append(f"{backend} peaks at {best / 1e9:.1f} GFLOP/s ({best / peak:.0%}) at n = "
                          f"{curves[backend].idxmax()}" + _two_modes(d[d.backend == backend]))
         sentences.append(f"Equation (1), 8 heads, batch × n = {cases.TOKENS.get(device, '?')} tokens, "
@@ -52,7 +57,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
                     + _slower(rows[(rows.device == device) & (rows.backend == b)], a.tables[f"achieved_{device}"][b],
                               a.numbers[f"gemm_peak_{device}"])
                     for b in a.tables[f"achieved_{device}"])
-        + f" (peak {a.numbers[f'gemm_peak_{device}'] / 1e9:.1f} GFLOP/s)." for device in devices(rows))
+        + f" (peak {a.numbers[f'gemm_peak_{device}'] / 1e9:.1f}{_gflops_span(a, f'gemm_peak_{device}')} GFLOP/s)."
+        for device in devices(rows))
     a.conditions = (f"8 heads, d_head {'/'.join(str(int(d)) for d in sorted(rows.d_head.dropna().unique()))}, "
                     f"batch × n = {'/'.join(str(cases.TOKENS.get(d, '?')) for d in devices(rows))} tokens, "
                     f"{conditions(rows, n=False)}")
@@ -88,18 +94,35 @@ def _two_modes(rows: pd.DataFrame) -> str:
     return "".join(f" (two modes at n = {int(r.seq_len)}: {r.modes})" for r in split.itertuples())
 
 
-def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> float:
+def _over_peak(best: float, low: float, high: float, peak: float,
+               span: tuple[float, float] | None) -> tuple[float, float]:
+    """The interval of ``best`` / ``peak``: each end of the achieved rate's (``low``, ``high``) over the peak,
+    its distance from the fraction widened by the peak's log half-width in quadrature where it has one."""
+    width = math.log(span[1] / span[0]) / 2 if span else 0.0
+    below, above = math.log(best / low) if low < best else 0.0, math.log(high / best) if high > best else 0.0
+    fraction = best / peak
+    return fraction * math.exp(-math.hypot(below, width)), fraction * math.exp(math.hypot(above, width))
+
+
+def _gflops_span(a: Analysis, key: str) -> str:
+    """' (lo-hi)' in GFLOP/s where number ``key`` has an interval, else ''."""
+    return f" ({a.intervals[key][0] / 1e9:.0f}-{a.intervals[key][1] / 1e9:.0f})" if key in a.intervals else ""
+
+
+def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> tuple[float, tuple[float, float] | None]:
     """The measured GEMM peak at the thread count the cases ``d`` ran at (a 1-thread case over the 2-thread
-    peak would read as half its fraction; over the 1-thread peak it is right); NaN when the run has no peak
-    there, or the cases ran at several thread counts (no one peak to hold them to)."""
+    peak would read as half its fraction; over the 1-thread peak it is right), with its interval where the run
+    states one (``reports.peaks.peak_interval``); NaN when the run has no peak there, or the cases ran at
+    several thread counts (no one peak to hold them to)."""
     peaks = t[(t.metric == "gemm_peak_flops_per_s") & (t.device == device) & (t.dtype == "float32")]
-    if device != "cpu":
-        return float(peaks.value.max()) if len(peaks) else float("nan")
-    threads = d.threads.dropna().unique()
-    if len(threads) != 1:
-        return float("nan")
-    at = peaks[peaks.threads == threads[0]].value
-    return float(at.max()) if len(at) else float("nan")
+    if device == "cpu":
+        threads = d.threads.dropna().unique()
+        peaks = peaks[peaks.threads == threads[0]] if len(threads) == 1 else peaks.iloc[:0]
+    if peaks.empty:
+        return float("nan"), None
+    top = peaks.loc[peaks.value.idxmax()]
+    spanned = "low" in top and top.low == top.low and top.high == top.high
+    return float(top.value), (float(top.low), float(top.high)) if spanned else None
 
 
 def _ceilings(t: pd.DataFrame, device: str) -> tuple[float, float] | None:
