@@ -164,7 +164,7 @@ def _profiles(overheads, within):
 
 
 def test_the_profilers_overhead_and_the_profiles_that_add_up_carry_where_a_rerun_lands():
-    from reports.analyses import profiling
+    from reports.analyses import base, profiling
 
     steady = profiling.analyse(profiling.table(_profiles([0.01, 0.012, 0.008, 0.011] * 3, within=11)))
     spread = profiling.analyse(profiling.table(_profiles([-0.05, 0.0, 0.04, 0.09] * 3, within=11)))
@@ -174,6 +174,13 @@ def test_the_profilers_overhead_and_the_profiles_that_add_up_carry_where_a_rerun
         assert low < a.numbers["profiled_over_unprofiled"] < high
         widths.append(high / low)
         assert a.intervals["sum_within_tolerance"][0] <= 10 and a.intervals["sum_within_tolerance"][1] == 12
-        assert "(a rerun: " in a.answer and " to +" in a.answer  # the overhead's interval, signed
+        assert "in 11 (" in a.answer and " to +" in a.answer  # the count's interval, the overhead's signed
     assert widths[0] < widths[1]
+    token = base.BETWEEN.set({"profiling": 0.05})  # a machine whose runs move: the count widens, never past 12
+    try:
+        moved = profiling.analyse(profiling.table(_profiles([0.01, 0.012, 0.008, 0.011] * 3, within=11)))
+    finally:
+        base.BETWEEN.reset(token)
+    assert moved.intervals["sum_within_tolerance"][1] == 12
+    assert moved.intervals["sum_within_tolerance"][0] < steady.intervals["sum_within_tolerance"][0]
     assert "profiled_over_unprofiled" not in profiling.analyse(profiling.table(_profiles([0.01], 1))).intervals
