@@ -1,6 +1,8 @@
 """Analyses on synthetic tables with known answers: a wrong fit or a wrong verdict fails here."""
 
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -128,6 +130,11 @@ def test_roofline_fraction_of_the_measured_peak():
     a = c2_roofline.analyse(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
                                                 threads=1), peak, one))
     assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(50 / 60) and a.numbers["gemm_peak_cpu"] == 60e9
+    # a peak withheld (NaN: out of range, or not predicted for another machine) is no peak, not an error
+    withheld = [dict(r, value=float("nan")) for r in one]
+    a = c2_roofline.analyse(table(rows("attention", "achieved_flops_per_s", achieved, device="cpu",
+                                                threads=1), peak, withheld))
+    assert math.isnan(a.numbers["gemm_peak_cpu"]) and "gemm_peak_cpu" not in a.intervals
 
 
 def _math_at_n128(peak_span=None, **n128):

@@ -115,6 +115,7 @@ def _peak_at(t: pd.DataFrame, device: str, d: pd.DataFrame) -> tuple[float, tupl
     states one (``reports.peaks.peak_interval``); NaN when the run has no peak there, or the cases ran at
     several thread counts (no one peak to hold them to)."""
     peaks = t[(t.metric == "gemm_peak_flops_per_s") & (t.device == device) & (t.dtype == "float32")]
+    peaks = peaks.dropna(subset=["value"])
     if device == "cpu":
         threads = d.threads.dropna().unique()
         peaks = peaks[peaks.threads == threads[0]] if len(threads) == 1 else peaks.iloc[:0]
