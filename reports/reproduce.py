@@ -182,7 +182,8 @@ def differences(first: dict, other: dict, predicted: dict | None = None) -> pd.D
         if key not in other["figures"]:
             continue
         b = other["figures"][key]
-        same = rerun.apart(a, b) is False if None not in (a[1], b[1]) else (agrees(b[0], a) or agrees(a[0], b))
+        apart = rerun.apart(a, b)  # None: an interval missing, or one reaching 0 (a count's), which has no log
+        same = apart is False if apart is not None else (agrees(b[0], a) or agrees(a[0], b))
         rows.append({"figure": key, "first": a[0], "first interval": None if a[1] is None else f"{a[1]:.4g}-{a[2]:.4g}",
                      "second": b[0], "second interval": None if b[1] is None else f"{b[1]:.4g}-{b[2]:.4g}",
                      "change": b[0] / a[0] - 1 if a[0] else float("nan"),

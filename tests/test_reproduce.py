@@ -83,6 +83,11 @@ def test_compare_says_per_figure_whether_two_runs_differ_or_are_the_same_within_
     assert d.loc["w", "verdict"] == "differs"  # the intervals overlap (2.4-2.5), yet 30% is beyond them
     far = reproduce.differences(_run("a", y=(1.00, None, None)), _run("b", y=(1.07, None, None)))
     assert far.verdict.iloc[0] == "differs"  # 7% without an interval
+    # a count whose interval reaches 0 has no log distance: held to the intervals themselves
+    counts = reproduce.differences(_run("a", n=(1.0, 0.0, 3.0)), _run("b", n=(1.0, 0.0, 3.0)))
+    assert counts.verdict.iloc[0] == "same within the noise"
+    assert reproduce.differences(_run("a", n=(1.0, 0.0, 3.0)), _run("b", n=(9.0, 6.0, 12.0))).verdict.iloc[0] == \
+        "differs"
 
 
 def test_compare_puts_the_change_the_constants_predict_beside_the_change_measured(tmp_path, capsys, fake_peaks):
