@@ -200,7 +200,7 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
         round_ = len((previous or {}).get("rounds", [])) + 1
         if unsettled == "two modes":
             median, faults = 0.028 if case.params == bimodal and round_ % 2 == 0 else 0.014, None
-        else:  # cheap in a round of 0.1 / 3 s; the other case faults too, but not cheaply
+        else:  # cheap in a round of 0.01 / 3 s; the other case faults too, but not cheaply
             median, faults = (0.001, 9000) if case.params == bimodal else (0.04, 9000)
         rounds = (previous or {}).get("rounds", []) + [_round(median, pid=round_, faults=faults)]
         return {**measure.combined(rounds), "tokens": 1, "matmul_flops": 1, "other_flops": 0}
@@ -216,7 +216,7 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
         self._rounds(remaining, [round_], tqdm_off(), last=round_)
 
     monkeypatch.setattr(runner.Runner, "round_in_process", in_this_process)
-    r = runner.Runner(str(tmp_path), min_run_time=0.1, rounds=3, fresh=True)
+    r = runner.Runner(str(tmp_path), min_run_time=0.01, rounds=3, fresh=True)
     r.run(PLAN, progress=False)
     assert [n for n, _ in started] == [1, 2, 3, 4, 5]
     assert started[3][1] == started[4][1] == ["transformer"]  # only the unsettled case
@@ -225,7 +225,7 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
         assert len(rec["rounds"]) == (5 if two else 3)
         assert bool(rec.get("modes")) == (two and unsettled == "two modes")
     started.clear()  # a second run finds every case whole, those with more rounds than planned too
-    again = runner.Runner(str(tmp_path), min_run_time=0.1, rounds=3, fresh=True).run(PLAN, progress=False)
+    again = runner.Runner(str(tmp_path), min_run_time=0.01, rounds=3, fresh=True).run(PLAN, progress=False)
     assert again["resumed"] == len(PLAN) and started == []
 
 
