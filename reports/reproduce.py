@@ -59,6 +59,7 @@ def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
                 variance = moved.get(group(a.key, key))
                 if low is not None and variance and value > 0 and low > 0:
                     low, high = rerun.widened(value, low, high, variance)
+                    high = min(high, a.caps.get(key, high))
                 found[f"{a.key}.{key}"] = (float(value), low, high)
     first = table.iloc[0]
     return {"run": folder, "machine": machine,

@@ -79,6 +79,8 @@ class Analysis:
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the keys of ``numbers`` the answer quotes (``reports.reproduce`` holds the answer table's figures to them)
     quoted: list[str] = field(default_factory=list)
+    #: the most a number can be (a count of n), by its key: its interval stops there, widened or not
+    caps: dict[str, float] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     #: what the numbers were computed on (size, batch, device, threads, dtype), shown under every figure
@@ -95,8 +97,8 @@ class Analysis:
         value = self.numbers.get(key)
         if between and value and low == low and high == high and low > 0:
             low, high = rerun.widened(value, low, high, between)
-        self.intervals[key] = (low, high)
-        return low, high
+        self.intervals[key] = (low, min(high, self.caps.get(key, high)))
+        return self.intervals[key]
 
     def without(self, missing: str, verdict: str) -> Analysis:
         """This analysis when its data is missing: say so in the verdict and in ``missing``."""

@@ -84,8 +84,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
     if len(cases) > 1:  # which cases and each one's noise: the median's bootstrap over the profiled cases
         a.interval("profiled_over_unprofiled", *rerun.from_draws(a.numbers["profiled_over_unprofiled"], np.median(
             np.random.default_rng(0).choice(slowdown, (BOOTSTRAP, len(slowdown))), axis=1)))
-        low, high = a.interval("sum_within_tolerance", *rerun.count_interval(within, len(cases)))
-        a.intervals["sum_within_tolerance"] = (low, min(high, len(cases)))  # a count of them: never more
+        a.caps["sum_within_tolerance"] = len(cases)  # a count of them: never more
+        a.interval("sum_within_tolerance", *rerun.count_interval(within, len(cases)))
     worst = cases.loc[cases.overhead.idxmax()]
     sentences = [f"{len(cases)} cases profiled on {'/'.join(sorted(cases.device.unique()))} "
                  f"({'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads). "
