@@ -55,17 +55,16 @@ def test_python_api_refuses_nan_seconds(tmp_path):
         runner.Runner(str(tmp_path), min_run_time=float("nan"))
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("command", RUNS)
-def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, command):
+def test_asking_for_a_missing_gpu_is_an_error_that_replaces_nothing(tmp_path, command, capsys):
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("a good report")
     (report / "report.json").write_text(json.dumps({k: [] for k in html.REPORT_FIELDS}))  # one this command wrote
-    done = cli(*command, "--device", "cuda", "--out", str(tmp_path / "run"), "--report", str(report),
-               "--no-progress")
-    assert done.returncode == 2 and "no CUDA device" in done.stderr and "allowed here: cpu" in done.stderr
+    code, err = in_process(capsys, *command, "--device", "cuda", "--out", str(tmp_path / "run"), "--report",
+                           str(report), "--no-progress")
+    assert code == 2 and "no CUDA device" in err and "allowed here: cpu" in err
     assert (report / "index.html").read_text() == "a good report" and not os.path.exists(tmp_path / "run")
 
 

@@ -117,14 +117,15 @@ def test_the_comparison_times_its_callables_in_mirrored_order():
     (["--block-time", "nan"], "argument --block-time: must be a finite number of seconds > 0, got 'nan'"),
     (["--device", "cpu", "--device", "cuda"], "--device: give one"),
 ] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: this machine has no CUDA device")]))
-@pytest.mark.slow
-def test_the_comparison_refuses_bad_input_before_measuring(flags, message):
-    import subprocess
-    import sys
-
-    path = os.path.join(os.path.dirname(__file__), "..", "scripts", "compare_with_torch.py")
-    done = subprocess.run([sys.executable, path, *flags], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+def test_the_comparison_refuses_bad_input_before_measuring(flags, message, monkeypatch, capsys):
+    # in this process: the script's start from a command line is test_cli's (every script's --help from any folder)
+    script = _script()
+    monkeypatch.setattr(script, "compare", lambda *a, **k: pytest.fail("measured despite bad input"))
+    monkeypatch.setattr("sys.argv", ["compare_with_torch.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        script.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err, err
 
 
 def _comparison(name, ours, torch_s, floor, target):
