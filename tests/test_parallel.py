@@ -210,20 +210,22 @@ def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_sca
             "count") in a.verdict
 
 
-def test_ranks_without_torchrun_is_a_clear_error(tmp_path, capsys, monkeypatch):
+def test_bad_launches_are_clear_errors(tmp_path, capsys, monkeypatch):
+    """Refused before a rank joins a group, so in this process: without torchrun's environment, and with it (one
+    rank's) but a backend or grid this machine cannot give. The launches themselves are the torchrun tests'."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     code, err = in_process(capsys, "ranks", "--out", str(tmp_path))
     assert code == 2 and "launch with torchrun" in err
-
-
-@pytest.mark.slow
-def test_bad_launches_are_clear_errors(tmp_path):
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
     if not torch.cuda.is_available():
-        done = torchrun(1, "--backend", "nccl", "--out", str(tmp_path))
-        assert done.returncode != 0 and "--backend nccl needs a CUDA device" in done.stderr
-    done = torchrun(1, "--grid", "huge", "--out", str(tmp_path))
-    assert done.returncode != 0 and "invalid choice: 'huge'" in done.stderr
+        code, err = in_process(capsys, "ranks", "--backend", "nccl", "--out", str(tmp_path))
+        assert code == 2 and "--backend nccl needs a CUDA device" in err
+    code, err = in_process(capsys, "ranks", "--grid", "huge", "--out", str(tmp_path))
+    assert code == 2 and "invalid choice: 'huge'" in err
+    assert not dist.is_initialized()
 
 
 @pytest.mark.slow
