@@ -56,10 +56,8 @@ def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 low, high = a.intervals.get(key, (None, None))
                 own[f"{a.key}.{key}"] = (float(value), low, high)
-                variance = moved.get(group(a.key, key))
-                if low is not None and variance and value > 0 and low > 0:
-                    low, high = rerun.widened(value, low, high, variance)
-                    high = min(high, a.caps.get(key, high))
+                if low is not None:
+                    low, high = a.stated(key, low, high, moved.get(group(a.key, key)))
                 found[f"{a.key}.{key}"] = (float(value), low, high)
     first = table.iloc[0]
     return {"run": folder, "machine": machine,

@@ -93,12 +93,16 @@ class Analysis:
     def interval(self, key: str, low: float, high: float) -> tuple[float, float]:
         """Set number ``key``'s interval from the run's own (``low``, ``high``), adding the variance between the
         machine's runs of its group where one was measured (``BETWEEN``, ``rerun.widened``); returns it."""
-        between = (BETWEEN.get() or {}).get(group(self.key, key))
-        value = self.numbers.get(key)
-        if between and value and low == low and high == high and low > 0:
-            low, high = rerun.widened(value, low, high, between)
-        self.intervals[key] = (low, min(high, self.caps.get(key, high)))
+        self.intervals[key] = self.stated(key, low, high, (BETWEEN.get() or {}).get(group(self.key, key)))
         return self.intervals[key]
+
+    def stated(self, key: str, low: float, high: float, between: float | None) -> tuple[float, float]:
+        """Number ``key``'s own interval (``low``, ``high``) with a variance ``between`` runs added
+        (``rerun.widened``; none for a value or low end that is not positive), within its cap (``caps``)."""
+        value = self.numbers.get(key)
+        if between and value and value > 0 and low == low and high == high and low > 0:
+            low, high = rerun.widened(value, low, high, between)
+        return low, min(high, self.caps.get(key, high))
 
     def without(self, missing: str, verdict: str) -> Analysis:
         """This analysis when its data is missing: say so in the verdict and in ``missing``."""

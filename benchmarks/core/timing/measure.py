@@ -119,10 +119,10 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     before = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     counters = cpu_counters() if control else None
-    timing, faults = _faulting(blocked_timing, fn, min_run_time)
-    if device == "cpu" and cheap(timing.median, min_run_time) and faults > FAULT_PAGES * timing.calls:
+    timing, faults = _faulting(fn, min_run_time)
+    if control and cheap(timing.median, min_run_time) and faults > FAULT_PAGES * timing.calls:
         settle(fn)
-        timing, faults = _faulting(blocked_timing, fn, min_run_time)
+        timing, faults = _faulting(fn, min_run_time)
     others = others_cpu_share(counters, cpu_counters()) if control else None
     after = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
@@ -132,11 +132,15 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
             "faults_per_call": faults / timing.calls}
 
 
-def _faulting(time_it: Callable, fn: Callable[[], Any], min_run_time: float) -> tuple[Timing, int]:
-    """``time_it(fn, min_run_time)`` and the minor page faults the process took meanwhile."""
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    timing = time_it(fn, min_run_time)
-    return timing, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _faulting(fn: Callable[[], Any], min_run_time: float) -> tuple[Timing, int]:
+    """``blocked_timing(fn, min_run_time)`` and the minor page faults the process took meanwhile."""
+    faults = _minor_faults()
+    timing = blocked_timing(fn, min_run_time)
+    return timing, _minor_faults() - faults
 
 
 def cheap(seconds: float, min_run_time: float) -> bool:
@@ -147,9 +151,9 @@ def cheap(seconds: float, min_run_time: float) -> bool:
 def settle(fn: Callable[[], Any]) -> None:
     """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, SETTLE_CALLS calls at most."""
     for _ in range(SETTLE_CALLS):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        before = _minor_faults()
         fn()
-        if resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before <= FAULT_PAGES:
+        if _minor_faults() - before <= FAULT_PAGES:
             return
 
 
