@@ -169,18 +169,35 @@ def torchrun(ranks, *args):
                            *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def two_nodes(out, *args):
+    """The README's two-machine command (c10d rendezvous, one rank per node), both nodes on this machine: each
+    node's (exit code, stdout, stderr)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+               f"--rdzv_endpoint=127.0.0.1:{29300 + os.getpid() % 1000}", f"--rdzv_id=test{os.getpid()}",
+               "-m", "attention_bench", "ranks", "--out", out, *args]
+    nodes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    said = [node.communicate(timeout=300) for node in nodes]
+    return [(node.returncode, *out) for node, out in zip(nodes, said, strict=True)]
+
+
 @pytest.mark.slow
-def test_runs_at_one_and_two_ranks_share_a_folder_and_the_report_reads_their_scaling(tmp_path):
+def test_one_rank_and_two_nodes_meeting_by_rendezvous_share_a_folder_and_the_report_reads_their_scaling(tmp_path):
+    """One rank, then two ranks on two nodes that meet through torchrun's rendezvous (the README's two-machine
+    command, both nodes on this machine), into one run folder; a rerun's resume is the killed-rank test's."""
+    import json
+
     from reports import tidy
     from reports.analyses import c3_parallel
 
     out = str(tmp_path / "run")
-    for ranks in (1, 2):
-        done = torchrun(ranks, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert f"{ranks} ranks (gloo): ok 4" in done.stdout
-    again = torchrun(2, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
-    assert again.returncode == 0 and "ok 0, skipped 0, failed 0, oom 0, resumed 4" in again.stdout  # resumed
+    done = torchrun(1, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
+    assert done.returncode == 0 and "1 ranks (gloo): ok 4" in done.stdout, done.stderr[-2000:]
+    nodes = two_nodes(out, "--grid", "quick", "--min-run-time", "0.02", "--machine", "box")
+    assert [code for code, _, _ in nodes] == [0, 0], [err[-2000:] for _, _, err in nodes]
+    assert sum("2 ranks (gloo): ok 4" in stdout for _, stdout, _ in nodes) == 1  # rank 0, on one of the nodes
+    records = [json.loads(p.read_text()) for p in (tmp_path / "run" / "cases").iterdir()]
+    assert {(r["params"]["ranks"], r["hosts"]) for r in records} == {(1, 1), (2, 1)}  # both nodes on one host
     t = tidy.load([out])
     rows = t[(t.area == "parallel") & (t.metric == "time")]
     assert len(rows) == 8 and set(rows.ranks) == {1, 2} and set(rows.backend) == {"gloo"}
@@ -363,21 +380,3 @@ def test_a_torch_without_gloo_is_a_clear_error(monkeypatch):
         head_parallel.init("gloo")
     with pytest.raises(ValueError, match="this torch build has no torch.distributed gloo backend"):
         ranks.Ranks()
-
-
-@pytest.mark.slow
-def test_two_machines_meet_through_torchrun_rendezvous(tmp_path):
-    """The README's two-machine command (c10d rendezvous, one rank per node), both nodes on this machine."""
-    import json
-
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint=127.0.0.1:{29300 + os.getpid() % 1000}", f"--rdzv_id=test{os.getpid()}",
-               "-m", "attention_bench", "ranks", "--grid", "quick", "--out", str(out), "--min-run-time", "0.02"]
-    nodes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    done = [node.communicate(timeout=300) for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in done]
-    assert sum("2 ranks (gloo): ok 4" in stdout for stdout, _ in done) == 1  # rank 0, on one of the nodes
-    records = [json.loads(p.read_text()) for p in (out / "cases").iterdir()]
-    assert len(records) == 4 and {(r["params"]["ranks"], r["hosts"]) for r in records} == {(2, 1)}
