@@ -34,6 +34,7 @@ import contextlib
 import glob
 import itertools
 import os
+import socket
 import statistics
 import tempfile
 import time
@@ -139,12 +140,15 @@ def _sent_bytes() -> int | None:
 
 def wire_bytes(fn, device, calls: int = 10) -> float | None:
     """Bytes each rank sent per call of ``fn`` (the forward's collectives alone), measured on the network
-    interfaces: each machine's local rank 0 reads its counters around ``calls`` calls, the machines' totals
+    interfaces: each machine's first rank reads its counters around ``calls`` calls, the machines' totals
     are summed and divided by the ranks and the calls. Includes TCP/IP headers and whatever else the
-    machine sent meanwhile. None for NCCL (GPU traffic does not cross these interfaces) or without sysfs."""
+    machine sent meanwhile. None for NCCL (GPU traffic does not cross these interfaces) or without sysfs.
+    A machine is a host name, not a torchrun node: two nodes on one machine share its interfaces."""
     if device.type != "cpu":
         return None
-    reader = int(os.environ.get("LOCAL_RANK", 0)) == 0
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    reader = hosts.index(socket.gethostname()) == dist.get_rank()
     fn()
     dist.barrier()
     start = _sent_bytes() if reader else 0
