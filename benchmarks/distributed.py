@@ -14,7 +14,6 @@ different rank counts share a folder and a rerun resumes.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import time
 
@@ -22,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from .core import guards, pipeline
-from .core.ranks.head_parallel import AREA, init, measure_case, plan, record_params, recorded_here
+from .core.ranks.head_parallel import AREA, host_names, init, measure_case, plan, record_params, recorded_here
 from .core.ranks.world import RankGuard
 from .core.records import case_key, commit
 from .core.running.lock import FolderBusy
@@ -66,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, world: int) -> int:
     """Every case on every rank in lockstep; rank 0 writes each record once all ranks have measured it."""
-    hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())  # ranks on one machine share its cores
+    hosts = host_names()
     runner = Runner(out, min_run_time=args.min_run_time, name=pipeline.machine_name(args),
                     quick_constants=args.grid == "quick") if rank == 0 else None
     current = [None]

@@ -138,6 +138,13 @@ def _sent_bytes() -> int | None:
     return total
 
 
+def host_names() -> list[str]:
+    """Every rank's host name, by rank: ranks on one machine share its cores and its network interfaces."""
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    return hosts
+
+
 def wire_bytes(fn, device, calls: int = 10) -> float | None:
     """Bytes each rank sent per call of ``fn`` (the forward's collectives alone), measured on the network
     interfaces: each machine's first rank reads its counters around ``calls`` calls, the machines' totals
@@ -146,9 +153,8 @@ def wire_bytes(fn, device, calls: int = 10) -> float | None:
     A machine is a host name, not a torchrun node: two nodes on one machine share its interfaces."""
     if device.type != "cpu":
         return None
-    hosts = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, socket.gethostname())
-    reader = hosts.index(socket.gethostname()) == dist.get_rank()
+    hosts = host_names()
+    reader = hosts.index(hosts[dist.get_rank()]) == dist.get_rank()
     fn()
     dist.barrier()
     start = _sent_bytes() if reader else 0
