@@ -109,9 +109,10 @@ def _faulting_calls(first: int):
 def test_a_cheap_round_that_faults_settles_and_is_timed_again_in_the_state_it_settled_in(monkeypatch):
     settling, calls = _faulting_calls(first=8)  # faults through the first timing, then stops
     settled = measure.timed_round(settling, "cpu", 0.05)
-    # timed once, its 8 faulting calls would count; after them come the settled round's calls
+    # timed once, its 8 faulting calls would count; the settled round's timed calls (its last ones) come after
+    # them all (on a busy machine the first timing makes fewer than 8 calls, and the second one's warm-up faults)
     assert settled["faults_per_call"] < measure.FAULT_PAGES
-    assert len(calls) > 8 + settled["blocks"] * settled["calls_per_block"]
+    assert len(calls) >= 8 + settled["blocks"] * settled["calls_per_block"]
     always, _ = _faulting_calls(first=10**9)
     assert measure.timed_round(always, "cpu", 0.05)["faults_per_call"] >= 2048  # no settled state to find
     # a call that costs more than CHEAP_SHARE of the round is timed once, however it faults
