@@ -7,8 +7,8 @@
 A verdict's ratio taken from two separate timings (the Transformer's at one moment, the RNN's at another)
 moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
 C1 ratio as 0.95x one day and 0.72x the next. Here the two cases of each ratio run in one worker process,
-alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every few
-rounds (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets the 95%
+alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every
+round (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets the 95%
 interval where a rerun's ratio lands (``PairRounds``: from its sessions' means, their spread moderated by
 the other pairs'). The pairs:
 
@@ -40,9 +40,9 @@ from .core.records import UnreadableRecord, case_key, commit, pairs_problem, rea
 from .core.timing import rerun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: rounds per pair of worker processes: a ratio's interval is over its sessions (a process pair's draw is a
-#: sample of what a rerun gets), so several short sessions tell more than two long ones
-SESSION_ROUNDS = 2
+#: rounds per worker process: a ratio's interval is over its sessions (a process's draw is a sample of what a
+#: rerun gets), so a budget buys the most sessions at one round each
+SESSION_ROUNDS = 1
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
 BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
 #: the record's name in a run folder (the report reads it from there)

@@ -66,7 +66,8 @@ class FakeWorker:
         return [None] * len(todo)
 
     def ask(self, request, timeout=None):
-        self.log.append((self.label, "probe" if "probe" in request else "block"))
+        self.log.append((self.label, next((k for k in ("probe", "warm") if k in request), "block")))
+        self.warm_calls = request["calls"] if "warm" in request else getattr(self, "warm_calls", None)
         return {"seconds": 0.01}
 
     def stop(self):
@@ -85,9 +86,12 @@ def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_fir
     assert blocks[:8] == list("bhhbhbbh")  # A B B A, then B A A B
     sessions = [i for i, entry in enumerate(log) if entry[1] == "start"]
     assert len(sessions) == 4  # two workers, started twice
-    for started in (sessions[1], sessions[3]):  # once both workers of a session have started, both warm the case
-        assert sorted(log[started + 1:started + 3]) == [("base", "probe"), ("head", "probe")], log
+    # once both workers of a session have started, both warm the case: the first time with a probe, which sizes
+    # its blocks, then with as many calls as a probe makes
+    for started, how in ((sessions[1], "probe"), (sessions[3], "warm")):
+        assert sorted(log[started + 1:started + 3]) == [("base", how), ("head", how)], log
     assert g.calls == [round(gate.BLOCK_S / 0.01)] and len(g.ratios[0]) == mirrored.SESSION_ROUNDS + 2
+    assert g.base.warm_calls == g.head.warm_calls == mirrored.WARM_CALLS
 
 
 def test_a_pair_settled_is_left_out_of_later_rounds_and_the_others_go_on():
@@ -247,7 +251,7 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
 
     class Timed(FakeWorker):
         def ask(self, request, timeout=None):
-            timeouts.append(("probe" if "probe" in request else "block", timeout))
+            timeouts.append((next((k for k in ("probe", "warm") if k in request), "block"), timeout))
             return super().ask(request, timeout)
 
     timeouts = []
@@ -256,9 +260,9 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
     g.start()
     assert {t for _, t in timeouts} == {mirrored.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
     timeouts.clear()
-    g.run(lambda e: False, 0.2, 2, 2 * mirrored.SESSION_ROUNDS + 1)  # through a new session's probes, too
+    g.run(lambda e: False, 0.2, 2, 2 * mirrored.SESSION_ROUNDS + 1)  # through a new session's warm-ups, too
     waits = [t for _, t in timeouts]
-    assert {"probe", "block"} <= {kind for kind, _ in timeouts}
+    assert {"warm", "block"} <= {kind for kind, _ in timeouts}
     assert max(waits) <= 0.2 + mirrored.STALL_GRACE_S and min(waits) >= mirrored.STALL_GRACE_S - 1
 
 

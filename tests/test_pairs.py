@@ -16,6 +16,7 @@ from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
 from benchmarks.core import envelope
 from benchmarks.core.pairing import mirrored
+from benchmarks.core.pairing.mirrored_worker import case_of
 from reports import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +52,7 @@ class OneWorker:
     def ask(self, request, timeout=None):
         if "case" in request:
             self.blocks.append(request["case"])
-        return {"seconds": 0.002 if request.get("case", request.get("probe")) == 0 else 0.004}
+        return {"seconds": 0.002 if case_of(request) == 0 else 0.004}
 
     def stop(self):
         pass
@@ -68,6 +69,29 @@ def test_two_cases_in_one_worker_alternate_mirrored_and_give_the_ratio_of_their_
     assert rounds.calls == [round(0.01 / 0.004)]  # sized from the slower side
     est = rounds.estimates()[0]
     assert est.ratio == pytest.approx(2.0) and est.rounds == 4
+
+
+def test_a_new_session_warms_a_slow_case_with_one_call_and_a_cheap_one_as_the_first_probe_did():
+    seconds = [0.002, 0.004, 0.05, 0.1]  # a cheap pair (12 calls a block) and a slow one (one call)
+
+    class Warmed(OneWorker):
+        warms: dict[int, int] = {}
+
+        def ask(self, request, timeout=None):
+            if "warm" in request:
+                self.warms[request["warm"]] = request["calls"]
+            return {"seconds": seconds[case_of(request)]}
+
+    w = Warmed()
+    todo = [("attention", {"x": i}, "forward") for i in range(4)]
+    rounds = mirrored.MirroredRounds([w], todo, [(mirrored.Side(w, 0), mirrored.Side(w, 1)),
+                                                 (mirrored.Side(w, 2), mirrored.Side(w, 3))],
+                                     block_s=0.05, session_rounds=1)
+    rounds.start()
+    assert rounds.calls == [12, 1] and not w.warms  # the first session probes
+    rounds.round(0)
+    rounds.round(1)  # a new session
+    assert w.warms == {0: mirrored.WARM_CALLS, 1: mirrored.WARM_CALLS, 2: 1, 3: 1}
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ default one), and each pair's own ratio under both."""
 import pytest
 
 from benchmarks.core.pairing import mirrored
+from benchmarks.core.pairing.mirrored_worker import case_of
 from scripts import regime_effects
 
 
@@ -20,7 +21,7 @@ class FakeWorker:
         return [None] * len(todo)
 
     def ask(self, request, timeout=None):
-        area, params, _ = self.todo[request["case"] if "case" in request else request["probe"]]
+        area, params, _ = self.todo[case_of(request)]
         base = 0.002 * (3 if params.get("model") == "rnn-width" or params.get("heads") == 64 else 1)
         return {"seconds": base * (1.2 if self.env else 1.0)}
 

@@ -50,6 +50,8 @@ FEWEST_ROUNDS = 2
 STALL_GRACE_S = 10.0
 #: rounds per pair of worker processes
 SESSION_ROUNDS = 6
+#: calls that warm a case in a new session once its blocks are sized (as many as the first session's probe makes)
+WARM_CALLS = 2
 #: OpenMP threads that sleep as soon as they wait: not how the models are timed (passive waits made a small
 #: operator's call up to 5x slower), but a setting whose effect ``scripts/regime_effects.py`` measures
 IDLE_PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -249,7 +251,9 @@ class MirroredRounds:
 
     def start(self) -> None:
         """Start the workers (again, for a new session), build every case and warm each pair's sides (a new
-        process's first calls grow its heap: up to 2x slower); the first time, size each pair's blocks."""
+        process's first calls grow its heap: up to 2x slower): the first time with a probe (a warm-up call and
+        one timed call), which sizes each pair's blocks; later with WARM_CALLS calls, or one where a block is
+        one call (a slow case: its warm-up is most of a session's start)."""
         self.session += 1
         order = self.workers if self.session % 2 == 0 else self.workers[::-1]
         for worker in order:
@@ -263,15 +267,26 @@ class MirroredRounds:
             for side in (a, b):
                 if side.key in failed:
                     self.skipped.setdefault(p, failed[side.key])
+        if self.calls:
+            self._warm()
+            return
         probed = {}
         for p, pair in enumerate(self.pairs):
             if p not in self.skipped:
                 for side in pair:
                     if side.key not in probed:
                         probed[side.key] = side.worker.ask({"probe": side.case}, self.block_timeout())["seconds"]
-        if not self.calls:
-            self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
-                          for p, (a, b) in enumerate(self.pairs)]
+        self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
+                      for p, (a, b) in enumerate(self.pairs)]
+
+    def _warm(self) -> None:
+        calls: dict[tuple[str, int], tuple[Side, int]] = {}
+        for p, pair in enumerate(self.pairs):
+            if p not in self.skipped and p not in self.settled:
+                for side in pair:
+                    calls[side.key] = side, max(calls.get(side.key, (side, 0))[1], min(WARM_CALLS, self.calls[p]))
+        for side, n in calls.values():
+            side.worker.ask({"warm": side.case, "calls": n}, self.block_timeout())
 
     def round(self, r: int) -> None:
         """One round over every pair: a b b a on even rounds, b a a b on odd ones."""

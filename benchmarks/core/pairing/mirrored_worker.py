@@ -7,7 +7,8 @@ It reads one JSON request per line on stdin and answers one JSON line on stdout:
 params, method], ...]}`` builds each case from seed 0 (``{"errors": [...], "regime": ...}``, None for a case
 built; the threads and runtime settings it runs in, ``records.regime``);
 ``{"probe": i}`` times one call of case i after a warm-up one (``{"seconds": s}``); ``{"case": i, "calls":
-n}`` times n calls at the case's thread count (``{"seconds": s}``, per call); ``{"quit": true}`` ends it.
+n}`` times n calls at the case's thread count (``{"seconds": s}``, per call), and ``{"warm": i, "calls": n}``
+makes them to warm the case; ``{"quit": true}`` ends it.
 """
 
 import json
@@ -45,6 +46,11 @@ def main(root: str) -> None:
         reply.flush()
 
 
+def case_of(request: dict) -> int:
+    """The case a timing request (case, warm or probe) is for."""
+    return next(request[k] for k in ("case", "warm", "probe") if k in request)
+
+
 def handle(request: dict, built: list, cases, torch) -> dict:
     if "cases" in request:
         errors = []
@@ -58,7 +64,7 @@ def handle(request: dict, built: list, cases, torch) -> dict:
                 built.append(None)
                 errors.append(f"{type(error).__name__}: {error}")
         return {"errors": errors}
-    fn, threads, device = built[request["case"] if "case" in request else request["probe"]]
+    fn, threads, device = built[case_of(request)]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with cases.using_threads(threads):
         if "probe" in request:
