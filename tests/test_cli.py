@@ -148,29 +148,47 @@ def test_the_regression_check_reads_asvs_table_rows():
 
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
+SCRIPT_NAMES = sorted(f for f in os.listdir(SCRIPTS) if f.endswith(".py") and f != "__init__.py")
+COMMAND = os.path.join(os.path.dirname(sys.executable), "attention-bench")
+#: the commands as a user types them from another folder, and what each prints
+COMMANDS = {"run --help": ([COMMAND, "run", "--help"], "usage: attention-bench run"),
+            "python -m attention_bench ranks --help": ([sys.executable, "-m", "attention_bench", "ranks", "--help"],
+                                                       "usage: attention-bench ranks"),
+            "claims": ([COMMAND, "claims"], "# The claims attention-bench tests")}
 
 
-@pytest.mark.parametrize("script", sorted(f for f in os.listdir(SCRIPTS) if f.endswith(".py") and f != "__init__.py"))
+@pytest.fixture(scope="module")
+def from_elsewhere(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every script's ``--help`` and each of COMMANDS, run from a folder outside the checkout, all started at once
+    (each is a process that imports torch: together they take about the slowest one's time, not the sum)."""
+    cwd = tmp_path_factory.mktemp("elsewhere")
+    argv = {name: [sys.executable, os.path.abspath(os.path.join(SCRIPTS, name)), "--help"] for name in SCRIPT_NAMES}
+    argv |= {name: command for name, (command, _) in COMMANDS.items()}
+    started = {name: subprocess.Popen(a, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, a in argv.items()}
+    done = {}
+    for name, proc in started.items():
+        out, err = proc.communicate(timeout=300)
+        done[name] = subprocess.CompletedProcess(argv[name], proc.returncode, out, err)
+    return done
+
+
+@pytest.mark.parametrize("script", SCRIPT_NAMES)
 @pytest.mark.slow
-def test_every_script_runs_as_the_readme_shows_it_from_any_folder(tmp_path, script):
+def test_every_script_runs_as_the_readme_shows_it_from_any_folder(from_elsewhere, script):
     """``.venv/bin/python scripts/X.py``: the script finds its own checkout's packages, whatever the current
     folder."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", script)
-    done = subprocess.run([sys.executable, path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = from_elsewhere[script]
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
 
 
 @pytest.mark.slow
-def test_the_commands_run_from_any_folder(tmp_path):
+def test_the_commands_run_from_any_folder(from_elsewhere):
     """``cd anywhere && <repo>/.venv/bin/attention-bench`` (or ``python -m attention_bench``, as torchrun starts
     it): the packages are installed (scripts/setup.sh), not found through the current folder."""
-    script = os.path.join(os.path.dirname(sys.executable), "attention-bench")
-    for command, says in (([script, "run", "--help"], "usage: attention-bench run"),
-                          ([sys.executable, "-m", "attention_bench", "ranks", "--help"],
-                           "usage: attention-bench ranks"),
-                          ([script, "claims"], "# The claims attention-bench tests")):
-        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0 and says in done.stdout, (command, done.stderr[-2000:])
+    for name, (_, says) in COMMANDS.items():
+        done = from_elsewhere[name]
+        assert done.returncode == 0 and says in done.stdout, (name, done.stderr[-2000:])
 
 
 @pytest.mark.slow
