@@ -1,5 +1,6 @@
 """What a case's call executes is counted once per version of the code: a later run of the same code reads it,
-and any change to transformer/ or benchmarks/ counts it again."""
+and a change to transformer/ or benchmarks/ counts it again, but one to the code that only times or compares
+cases built elsewhere (the pairs, the gate)."""
 
 import os
 import shutil
@@ -37,12 +38,20 @@ def test_a_count_is_read_back_for_the_same_code_and_case_and_counted_again_for_a
     assert graph_cache.counted(CASE, lambda: (x @ x).relu(), 1 << 20) == (ops, dispatches)  # counted over
 
 
-def test_the_code_digest_changes_with_any_file_of_the_models_or_the_benchmarks(tmp_path):
+def test_the_code_digest_changes_with_the_models_and_the_cases_but_not_with_the_code_that_times_them(tmp_path):
     for package in graph_cache.PACKAGES:
         shutil.copytree(os.path.join(graph_cache.ROOT, package), tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     before = graph_cache.code_digest(str(tmp_path))
     assert before == graph_cache.code_digest.__wrapped__(graph_cache.ROOT)  # the same files, the same digest
-    with open(tmp_path / "transformer" / "attention.py", "a") as f:
-        f.write("\n# changed\n")
-    assert graph_cache.code_digest.__wrapped__(str(tmp_path)) != before
+    for kept in graph_cache.NOT_THE_CALL:  # the pairs, the gate: they time cases the area modules build
+        target = tmp_path / kept / "mirrored.py" if kept.endswith("/") else tmp_path / kept
+        assert target.exists(), kept
+        with open(target, "a") as f:
+            f.write("\n# changed\n")
+    assert graph_cache.code_digest.__wrapped__(str(tmp_path)) == before
+    for changed in ("transformer/attention.py", "benchmarks/bench_multihead.py", "benchmarks/core/opgraph.py"):
+        with open(tmp_path / changed, "a") as f:
+            f.write("\n# changed\n")
+        assert graph_cache.code_digest.__wrapped__(str(tmp_path)) != before, changed
+        before = graph_cache.code_digest.__wrapped__(str(tmp_path))

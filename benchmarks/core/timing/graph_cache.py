@@ -5,7 +5,8 @@ The count is a function of that code, torch's version and the case alone, and co
 a dispatch mode and one under a line tracer (``sys.settrace``): about 45 s of the default grid's run on a
 2-core CPU. So a run keeps it in the constants' cache folder (``constants_cache.folder``) under the case, the
 method, torch's version, the cache size its cold bytes are counted against and a digest of every Python file of
-``transformer/`` and ``benchmarks/``, and a later run of the same code reads it instead of counting again.
+``transformer/`` and ``benchmarks/`` but those that only time or compare cases already built (``NOT_THE_CALL``),
+and a later run of the same code reads it instead of counting again.
 """
 
 from __future__ import annotations
@@ -27,17 +28,27 @@ from ..hardware import constants_cache
 PACKAGES = ("transformer", "benchmarks")
 
 
+#: the files of PACKAGES that time or compare cases another module built, or keep what was measured, and never
+#: decide what a case's call executes: a change there keeps the counts (paths relative to ROOT; a folder ends in /)
+NOT_THE_CALL = ("benchmarks/pairs.py", "benchmarks/gate.py", "benchmarks/history.py", "benchmarks/core/pairing/",
+                "benchmarks/core/hardware/between_runs.py")
+
+
 #: the folder that holds PACKAGES
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @functools.lru_cache(maxsize=4)
 def code_digest(root: str = ROOT) -> str:
-    """A digest of every Python file of PACKAGES under ``root`` (paths and contents), read once per process."""
+    """A digest of every Python file of PACKAGES under ``root`` (paths and contents) but NOT_THE_CALL's, read once
+    per process."""
     digest = hashlib.sha256()
     for package in PACKAGES:
         for path in sorted(glob.glob(os.path.join(root, package, "**", "*.py"), recursive=True)):
-            digest.update(os.path.relpath(path, root).encode())
+            name = os.path.relpath(path, root).replace(os.sep, "/")
+            if any(name == n or n.endswith("/") and name.startswith(n) for n in NOT_THE_CALL):
+                continue
+            digest.update(name.encode())
             with open(path, "rb") as f:
                 digest.update(f.read())
     return digest.hexdigest()[:20]
