@@ -33,8 +33,9 @@ def add_run(p: argparse.ArgumentParser) -> None:
                 "--recalibrate", "--report")
     p.add_argument("--no-profile", action="store_true", help="profile no case")
     p.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
-                   help="seconds per device for timing the verdicts' ratios paired after the grid (as attention-bench "
-                   f"pairs does; default {PAIRS_BUDGET_S:g}, 0: none)")
+                   help="seconds of paired rounds per device for the verdicts' ratios after the grid, after the "
+                   f"workers' first start and build (as attention-bench pairs --budget; default {PAIRS_BUDGET_S:g}, "
+                   "0: none)")
     p.add_argument("--no-report", action="store_true", help="measure only: the run folder holds the results, and "
                    "attention-bench report builds the report from it later")
 

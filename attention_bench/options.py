@@ -41,7 +41,8 @@ OPTIONS: dict[str, dict] = {
                           f"this machine's cached ones, if measured within {constants_cache.MAX_AGE_DAYS} days with "
                           "the same software and threads)"),
     "--budget": dict(type=guards.seconds, default=BUDGET_S, metavar="SECONDS",
-                     help=f"seconds of paired rounds at most, per device (default {BUDGET_S:g})"),
+                     help=f"seconds of paired rounds at most, per device, after the workers' first start and "
+                     f"build (default {BUDGET_S:g})"),
     "--threshold": dict(type=float, default=0.05, metavar="FRACTION",
                         help="the change that counts, as a fraction (default 0.05): a slowdown this large fails the "
                         "gate; a move this large between two commits is a step in a history"),
