@@ -140,9 +140,9 @@ def summary(table: pd.DataFrame, there: perfmodel.Constants, sheet: str, run: st
 SELF_CHECK_FACTOR = 3.0
 
 
-def self_check(run: str) -> str | None:
-    """A warning when ``run``'s own measured constants predict its own cases more than SELF_CHECK_FACTOR off
-    at the median (constants measured in other conditions than the cases: a busy machine, say), else None."""
+def own_factor(run: str) -> float | None:
+    """How many times its measured time ``run``'s own constants predict its cases, at the median case; None
+    where nothing is both timed and predicted."""
     t = tidy.load([run])
     ok = t[(t.status == "ok") & t.metric.isin(["time", "predicted_time"])]
     keys = ["area", "method", *[c for c in tidy.PARAMS if c in ok and ok[c].notna().any()]]
@@ -150,8 +150,14 @@ def self_check(run: str) -> str | None:
         index=keys, columns="metric", values="value", aggfunc="median")
     if not {"time", "predicted_time"} <= set(wide) or wide.dropna().empty:
         return None
-    factor = float((wide.predicted_time / wide.time).dropna().median())
-    if 1 / SELF_CHECK_FACTOR <= factor <= SELF_CHECK_FACTOR:
+    return float((wide.predicted_time / wide.time).dropna().median())
+
+
+def self_check(run: str) -> str | None:
+    """A warning when ``run``'s own measured constants predict its own cases more than SELF_CHECK_FACTOR off
+    at the median (constants measured in other conditions than the cases: a busy machine, say), else None."""
+    factor = own_factor(run)
+    if factor is None or 1 / SELF_CHECK_FACTOR <= factor <= SELF_CHECK_FACTOR:
         return None
     return (f"{run}'s own constants predict its own cases {factor:.3g}x their measured time at the median case: "
             "they were measured in other conditions than its cases (a busy machine?). Every figure predicted from "
