@@ -35,7 +35,8 @@ NOT_PER_RUN = ("hardware",)
 
 def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
     """One run folder's figures: {"run", "machine", "cpu", "commit", "figures": {key: (value, low, high)},
-    "own": the same with the run's own intervals, "quoted": the keys the answers quote, "between": the variance
+    "own": the same with the run's own intervals, "quoted": the keys the answers quote, "counts": the keys that
+    count (their interval a count's, ``Analysis.caps``), "between": the variance
     between the machine's runs its ``machine.json`` holds}, each key ``<analysis>.<number>``, low and high None
     where the run states no interval. A figure's interval in "figures" is the one the run states: its own,
     widened by its group's variance between runs (``Analysis.interval``). From ``table`` instead of the
@@ -49,9 +50,10 @@ def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
     analyses = run_all(table, machine, profiling.table(tidy.load_profiles([folder], machine)) if mine else None,
                        tidy.load_pairs([folder], machine) if mine else [], between=False)
     moved = tidy.between_of_run(folder)
-    found, own, quoted = {}, {}, []
+    found, own, quoted, counts = {}, {}, [], []
     for a in (ranges.check(a) for a in analyses if a.key not in NOT_PER_RUN):
         quoted.extend(f"{a.key}.{key}" for key in a.quoted)
+        counts.extend(f"{a.key}.{key}" for key in a.caps)
         for key, value in a.numbers.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 low, high = a.intervals.get(key, (None, None))
@@ -63,7 +65,7 @@ def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
     return {"run": folder, "machine": machine,
             "cpu": f"{first.cpu_model}, {first.cpu_count} cores, torch {first.torch}",
             "commit": next(iter(dict.fromkeys(table.commit.dropna())), None), "figures": found, "own": own,
-            "quoted": [k for k in quoted if k in found], "between": moved}
+            "quoted": [k for k in quoted if k in found], "counts": counts, "between": moved}
 
 
 def one_machine(runs: list[dict]) -> None:
@@ -147,12 +149,14 @@ def between_runs(runs: list[dict]) -> dict:
     mean over the group's figures with an interval in every run of the variance of the figure's log across the
     runs less the variance each run states of it (``rerun.standard_error2`` of its own interval, as if from
     three samples), never below 0: {"variance": {group: v}, "figures": {group: n}, "runs": [...]}. Later runs
-    of this machine add it to their intervals (``benchmarks.core.hardware.between_runs``)."""
+    of this machine add it to their intervals (``benchmarks.core.hardware.between_runs``). A count (``counts``)
+    is left out: its interval is a count's, not a spread of timings, and nothing is added to it."""
     if len(runs) < 3:
         raise ValueError(f"the variance between runs needs three runs or more; got {len(runs)}")
     one_machine(runs)
     excess: dict[str, list[float]] = {}
-    for key in runs[0]["own"]:
+    counts = {key for r in runs for key in r.get("counts", ())}
+    for key in (k for k in runs[0]["own"] if k not in counts):
         got = [r["own"].get(key) for r in runs]
         if any(g is None or g[1] is None or g[0] <= 0 or g[1] <= 0 for g in got):
             continue

@@ -89,6 +89,28 @@ def test_the_variance_between_runs_is_what_a_groups_figures_moved_beyond_what_ea
         reproduce.between_runs(runs[:2])
 
 
+def test_a_count_takes_no_part_in_its_groups_variance_between_runs_and_gets_none_added():
+    """A count's interval is a count's (10 of 12: 5.8-12), far wider than what its group's ratios say of themselves:
+    in the group's mean it would cancel what moved them."""
+    ratios, counted = (1.02, 0.98, 1.016), (10, 8, 10)
+    runs = [{**_figures(f"r{i}", **{"profiling.overhead_ratio": (r, r * 0.98, r / 0.98),
+                                    "profiling.within": (c, c * 0.58, 12.0)}), "counts": ["profiling.within"]}
+            for i, (r, c) in enumerate(zip(ratios, counted, strict=True))]
+    moved = reproduce.between_runs(runs)
+    expected = np.var(np.log(ratios), ddof=1) - np.mean([rerun.standard_error2(r * 0.98, r / 0.98, 3) for r in ratios])
+    assert expected > 0 and moved["variance"]["profiling"] == pytest.approx(expected)
+    assert moved["figures"]["profiling"] == 1
+    a = Analysis("profiling", "t", "P", "")
+    a.numbers.update(within=10, overhead_ratio=1.02)
+    a.caps["within"] = 12
+    token = BETWEEN.set({"profiling": 0.01})
+    try:
+        assert a.interval("within", 5.8, 12.0) == (5.8, 12.0)
+        assert a.interval("overhead_ratio", 1.0, 1.04) == pytest.approx(rerun.widened(1.02, 1.0, 1.04, 0.01))
+    finally:
+        BETWEEN.reset(token)
+
+
 def test_an_analysis_adds_its_groups_variance_between_runs_to_the_interval_it_sets():
     a = Analysis("c3_heads", "t", "C3", "")
     a.numbers.update(time_ratio_x=2.0, paired_time_ratio_x=2.0)

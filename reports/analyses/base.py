@@ -98,9 +98,10 @@ class Analysis:
 
     def stated(self, key: str, low: float, high: float, between: float | None) -> tuple[float, float]:
         """Number ``key``'s own interval (``low``, ``high``) with a variance ``between`` runs added
-        (``rerun.widened``; none for a value or low end that is not positive), within its cap (``caps``)."""
+        (``rerun.widened``; none for a value or low end that is not positive, nor for a count: a number with a cap,
+        whose interval is a count's), within its cap (``caps``)."""
         value = self.numbers.get(key)
-        if between and value and value > 0 and low == low and high == high and low > 0:
+        if between and key not in self.caps and value and value > 0 and low == low and high == high and low > 0:
             low, high = rerun.widened(value, low, high, between)
         return low, min(high, self.caps.get(key, high))
 
