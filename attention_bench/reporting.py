@@ -125,18 +125,21 @@ def reproduce_runs(args: argparse.Namespace) -> int:
     runs = [reproduce.figures(path) for path in args.paths]
     t = reproduce.table(runs)
     print(reproduce.show(runs, t))
-    moved = None
+    moved = kept = None
     if len(args.paths) >= 3:  # what moves between them, kept for this machine's later runs
         moved = reproduce.between_runs(runs)
         facts = records.read_json(os.path.join(args.paths[0], "machine.json"))["machine"]
-        kept = between_runs.save(facts, moved)
-        print("\n" + reproduce.show_between(moved) + f"\nKept for later runs of {runs[0]['machine']} ({kept}): their "
-              "intervals add it.")
+        file = between_runs.save(facts, moved)
+        kept = between_runs.load(facts)
+        print("\n" + reproduce.show_between(moved) + f"\nKept for later runs of {runs[0]['machine']} ({file}), pooled "
+              f"with the batches of runs kept before ({kept['batches']} batches, {len(kept['runs'])} runs): "
+              + reproduce.show_between(kept).split(": ", 1)[1] + " Their intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
                       runs=[{**{k: r[k] for k in ("run", "machine", "cpu", "commit")}, "added": r["between"]}
                             for r in runs],
-                      summary=reproduce.summary(t), figures=t.to_dict(orient="records"), between_runs=moved)
+                      summary=reproduce.summary(t), figures=t.to_dict(orient="records"), between_runs=moved,
+                      kept_between_runs=kept)
     return 0
 
 

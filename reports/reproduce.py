@@ -148,8 +148,10 @@ def between_runs(runs: list[dict]) -> dict:
     figures: per group of figures (``analyses.base.group``: an analysis's figures, its paired ratios apart), the
     mean over the group's figures with an interval in every run of the variance of the figure's log across the
     runs less the variance each run states of it (``rerun.standard_error2`` of its own interval, as if from
-    three samples), never below 0: {"variance": {group: v}, "figures": {group: n}, "runs": [...]}. Later runs
-    of this machine add it to their intervals (``benchmarks.core.hardware.between_runs``). A count (``counts``)
+    three samples), never below 0: {"variance": {group: v}, "figures": {group: n}, "runs": [...], "excess": the
+    mean before it is held at 0, "dof": its degrees of freedom, figures x (runs - 1)}. Later runs of this machine
+    add it, pooled with the batches of runs measured before (``benchmarks.core.hardware.between_runs``), to their
+    intervals. A count (``counts``)
     is left out: its interval is a count's, not a spread of timings, and nothing is added to it."""
     if len(runs) < 3:
         raise ValueError(f"the variance between runs needs three runs or more; got {len(runs)}")
@@ -165,7 +167,9 @@ def between_runs(runs: list[dict]) -> dict:
         analysis, number = key.split(".", 1)
         excess.setdefault(group(analysis, number), []).append(float(np.var(logs, ddof=1)) - float(own))
     return {"variance": {g: max(0.0, float(np.mean(x))) for g, x in sorted(excess.items())},
-            "figures": {g: len(x) for g, x in sorted(excess.items())}, "runs": [r["run"] for r in runs]}
+            "figures": {g: len(x) for g, x in sorted(excess.items())}, "runs": [r["run"] for r in runs],
+            "excess": {g: float(np.mean(x)) for g, x in sorted(excess.items())},
+            "dof": {g: len(x) * (len(runs) - 1) for g, x in sorted(excess.items())}}
 
 
 def show_between(moved: dict) -> str:

@@ -111,6 +111,26 @@ def test_a_count_takes_no_part_in_its_groups_variance_between_runs_and_gets_none
         BETWEEN.reset(token)
 
 
+def test_batches_of_runs_are_pooled_by_their_degrees_of_freedom_and_a_batch_measured_again_replaces_itself(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_BENCH_CACHE", str(tmp_path))
+    facts = {"hostname": "vm", "cpu_model": "EPYC", "cpu_count": 2, "gpu_name": None}
+
+    def batch(names, excess, figures=2):
+        return {"runs": names, "excess": {"c1_length": excess}, "dof": {"c1_length": figures * (len(names) - 1)},
+                "figures": {"c1_length": figures}, "variance": {"c1_length": max(0.0, excess)}}
+
+    between_runs.save(facts, batch(["a1", "a2", "a3"], 0.004))
+    between_runs.save(facts, batch(["b1", "b2", "b3", "b4"], -0.001))  # 6 dof against the first's 4
+    kept = between_runs.load(facts)
+    assert kept["variance"]["c1_length"] == pytest.approx((0.004 * 4 - 0.001 * 6) / 10)
+    assert kept["batches"] == 2 and kept["runs"] == ["a1", "a2", "a3", "b1", "b2", "b3", "b4"]
+    between_runs.save(facts, batch(["b1", "b2", "b3", "b4"], -0.01))  # measured again: the batch replaced
+    kept = between_runs.load(facts)
+    assert kept["batches"] == 2 and kept["variance"]["c1_length"] == 0.0  # (0.016 - 0.06) / 10, held at 0
+    assert between_runs.pooled([batch(["a1", "a2", "a3"], 0.004)])["variance"] == {"c1_length": 0.004}
+
+
 def test_an_analysis_adds_its_groups_variance_between_runs_to_the_interval_it_sets():
     a = Analysis("c3_heads", "t", "C3", "")
     a.numbers.update(time_ratio_x=2.0, paired_time_ratio_x=2.0)
@@ -133,7 +153,7 @@ def test_reproduce_keeps_it_for_the_machine_and_the_machines_next_run_adds_it_to
     assert "Between these runs, beyond each run's own intervals" in out and "c1_length ±" in out, out[-1500:]
     facts = json.load(open(os.path.join(folders[0], "machine.json")))["machine"]
     kept = between_runs.load(facts)
-    assert kept["variance"]["c1_length"] > 0 and kept["runs"] == folders
+    assert kept["variance"]["c1_length"] > 0 and kept["runs"] == folders and kept["batches"] == 1
     record = json.load(open(tmp_path / "r.json"))
     assert record["between_runs"]["variance"] == kept["variance"] and [r["added"] for r in record["runs"]] == [{}] * 3
     said = measured.markdown(record, "r.json")

@@ -1,11 +1,13 @@
 """What moves between runs on one machine, beyond a run's own processes: kept per machine for its later runs.
 
-``attention-bench reproduce`` measures it over several runs of one machine (``reports.reproduce.between_runs``:
+``attention-bench reproduce`` measures it over a batch of runs of one machine (``reports.reproduce.between_runs``:
 a variance of log figures per kind of figure, an area's case times or a device's paired ratios) and keeps it
 here, in the constants' cache folder (``constants_cache.folder``), under the runs' machine: its hostname, CPU
-and GPU. A run on that machine copies it into its ``machine.json`` (``runner.calibrate``), so that the run
-folder says, on any machine that reads it, what its intervals add (``benchmarks.core.timing.rerun.widened``).
-A measurement older than MAX_AGE_DAYS no longer stands for the machine.
+and GPU. Each batch joins the batches kept before it (``pooled``): three runs give each figure two degrees of
+freedom, so one batch's variance moves by its own size from batch to batch, and the runs after it would widen
+their intervals by that draw. A run on that machine copies it into its ``machine.json`` (``runner.calibrate``),
+so that the run folder says, on any machine that reads it, what its intervals add
+(``benchmarks.core.timing.rerun.widened``). A batch older than MAX_AGE_DAYS no longer stands for the machine.
 """
 
 from __future__ import annotations
@@ -34,12 +36,37 @@ def path(metadata: dict) -> str:
     return os.path.join(constants_cache.folder(), f"between-runs-{digest}.json")
 
 
+def pooled(batches: list[dict]) -> dict:
+    """The variance between runs over several batches of one machine's runs (each ``reports.reproduce.between_runs``
+    with its "excess" and "dof"): per group, the batches' excess weighted by their degrees of freedom, never below
+    0; {"variance", "figures", "runs": every batch's, "batches": how many}."""
+    excess: dict[str, float] = {}
+    dof: dict[str, float] = {}
+    figures: dict[str, int] = {}
+    for b in batches:
+        for group, e in b["excess"].items():
+            excess[group] = excess.get(group, 0.0) + e * b["dof"][group]
+            dof[group] = dof.get(group, 0) + b["dof"][group]
+            figures[group] = max(figures.get(group, 0), b["figures"][group])
+    return {"variance": {g: max(0.0, excess[g] / dof[g]) for g in sorted(excess) if dof[g]},
+            "figures": dict(sorted(figures.items())), "runs": [r for b in batches for r in b["runs"]],
+            "batches": len(batches)}
+
+
 def save(metadata: dict, measured: dict) -> str:
-    """Keep ``measured`` (``reports.reproduce.between_runs``) for the machine of ``metadata``; the file's path."""
+    """Keep ``measured`` (``reports.reproduce.between_runs``: a batch of runs) for the machine of ``metadata``,
+    pooled with the batches kept for it within MAX_AGE_DAYS but those sharing a run with it (a batch measured
+    again replaces itself); the file's path."""
     file = path(metadata)
+    now = dt.datetime.now(dt.timezone.utc)
+    before = [b for b in (load(metadata) or {}).get("kept", [])
+              if not set(b["runs"]) & set(measured["runs"])
+              and now - dt.datetime.fromisoformat(b["measured_at"]) <= dt.timedelta(days=MAX_AGE_DAYS)]
+    batch = {k: measured[k] for k in ("runs", "excess", "dof", "figures")} | {"measured_at": now.isoformat()}
+    kept = [*before, batch]
     os.makedirs(os.path.dirname(file), exist_ok=True)
-    records.write_json_atomic(file, {"key": key(metadata), **measured,
-                                     "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    records.write_json_atomic(file, {"key": key(metadata), **pooled(kept), "kept": kept,
+                                     "measured_at": now.isoformat()})
     return file
 
 
