@@ -132,7 +132,7 @@ def reproduce_runs(args: argparse.Namespace) -> int:
         file = between_runs.save(facts, moved)
         kept = between_runs.load(facts)
         print("\n" + reproduce.show_between(moved) + f"\nKept for later runs of {runs[0]['machine']} ({file}), pooled "
-              f"with the batches of runs kept before ({kept['batches']} batches, {len(kept['runs'])} runs): "
+              f"with the batches of runs kept before ({kept['batches']} in all, {len(kept['runs'])} runs): "
               + reproduce.show_between(kept).split(": ", 1)[1] + " Their intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
