@@ -1,5 +1,5 @@
-"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, a
-short busy check and the performance model's constants measured quickly, once."""
+"""Shared fixtures: the devices this machine has (CUDA cases skip cleanly without a GPU), a fixed seed, one torch
+thread in this process, a short busy check and the performance model's constants measured quickly, once."""
 
 import atexit
 import contextlib
@@ -23,6 +23,11 @@ from benchmarks.core.hardware import machine
 
 atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 
+# torch's threads in this process: one. The tests check what the code computes and records, not how fast; at two
+# threads on a machine whose other core is busy, every small operator waits for the other thread, and the tests
+# take half as long again. Every process the tests start (the main job's rounds, its profiles, the paired workers,
+# torchrun's ranks, asv's) runs at torch's own count, as users run it.
+torch.set_num_threads(1)
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
 LOW_PRECISION = [torch.float16, torch.bfloat16]
