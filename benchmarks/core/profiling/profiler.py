@@ -91,7 +91,7 @@ def _label_children(e) -> list:
 def _self_times(step) -> tuple[dict[str, float], dict[str, int]]:
     """Seconds per component in one profiled call (the ProfilerStep event of the raw event tree), and label
     instances. The raw tree, not ``prof.events()``: the times are the same, and building torch's FunctionEvents for
-    every operator costs 0.1-1 s per profiled call of a model, 20-100 times what walking the tree does."""
+    every operator costs up to a second per profiled call of a model, 10-100 times what walking the tree does."""
     times: dict[str, float] = defaultdict(float)
     calls: Counter = Counter()
 
