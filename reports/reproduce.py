@@ -151,8 +151,8 @@ def between_runs(runs: list[dict]) -> dict:
     three samples), never below 0: {"variance": {group: v}, "figures": {group: n}, "runs": [...], "excess": the
     mean before it is held at 0, "dof": its degrees of freedom, figures x (runs - 1)}. Later runs of this machine
     add it, pooled with the batches of runs measured before (``benchmarks.core.hardware.between_runs``), to their
-    intervals. A count (``counts``)
-    is left out: its interval is a count's, not a spread of timings, and nothing is added to it."""
+    intervals. A count (``counts``) is left out: its interval is a count's, not a spread of timings, and nothing
+    is added to it."""
     if len(runs) < 3:
         raise ValueError(f"the variance between runs needs three runs or more; got {len(runs)}")
     one_machine(runs)
