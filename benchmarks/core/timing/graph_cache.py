@@ -5,8 +5,8 @@ The count is a function of that code, torch's version and the case alone, and co
 a dispatch mode and one under a line tracer (``sys.settrace``): about 45 s of the default grid's run on a
 2-core CPU. So a run keeps it in the constants' cache folder (``constants_cache.folder``) under the case, the
 method, torch's version, the cache size its cold bytes are counted against and a digest of every Python file of
-``transformer/`` and ``benchmarks/`` but those that only time or compare cases already built (``NOT_THE_CALL``),
-and a later run of the same code reads it instead of counting again.
+``transformer/`` and ``benchmarks/`` but those that only time, profile or compare cases already built
+(``NOT_THE_CALL``), and a later run of the same code reads it instead of counting again.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ PACKAGES = ("transformer", "benchmarks")
 #: the files of PACKAGES that time or compare cases another module built, or keep what was measured, and never
 #: decide what a case's call executes: a change there keeps the counts (paths relative to ROOT; a folder ends in /)
 NOT_THE_CALL = ("benchmarks/pairs.py", "benchmarks/gate.py", "benchmarks/history.py", "benchmarks/core/pairing/",
-                "benchmarks/core/hardware/between_runs.py")
+                "benchmarks/core/hardware/between_runs.py", "benchmarks/core/profiling/")
 
 
 #: the folder that holds PACKAGES
