@@ -12,6 +12,7 @@ import pandas as pd
 
 from benchmarks.core import guards, records
 from benchmarks.core.hardware import between_runs
+from benchmarks.core.timing import rerun
 from reports import (
     asv_paired,
     asv_site,
@@ -133,7 +134,7 @@ def reproduce_runs(args: argparse.Namespace) -> int:
         kept = between_runs.load(facts)
         print("\n" + reproduce.show_between(moved) + f"\nKept for later runs of {runs[0]['machine']} ({file}), pooled "
               f"with the batches of runs kept before ({kept['batches']} in all, {len(kept['runs'])} runs): "
-              + reproduce.show_between(kept).split(": ", 1)[1] + " Their intervals add it.")
+              + rerun.between_widths(kept["variance"], kept["figures"]) + ". Their intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
                       runs=[{**{k: r[k] for k in ("run", "machine", "cpu", "commit")}, "added": r["between"]}
