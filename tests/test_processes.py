@@ -95,34 +95,48 @@ def test_a_timed_round_counts_the_page_faults_of_its_calls():
 
 def _faulting_calls(first: int):
     """A 2 ms call that maps and writes 8 MiB afresh on its first ``first`` calls (every page faults in), and
-    then does not: a process settling into its memory state; and its list of calls."""
-    size, zeros, calls = 8 * 2**20, bytes(8 * 2**20), []
+    then does not: a process settling into its memory state; and its list of calls. ``fn.settle_now()`` ends
+    the faulting calls there, whatever ``first`` said."""
+    size, zeros, calls, faulting = 8 * 2**20, bytes(8 * 2**20), [], [first]
 
     def fn():
         calls.append(None)
-        if len(calls) <= first:
+        if len(calls) <= faulting[0]:
             with mmap.mmap(-1, size) as pages:
                 pages.write(zeros)
         time.sleep(0.002)
+    fn.settle_now = lambda: faulting.__setitem__(0, len(calls))
     return fn, calls
 
 
+#: a round in which a call of 2 ms and 8 MiB of fresh pages is cheap (``measure.cheap``) on a busy machine too
+CHEAP_ROUND = 0.2
+
+
 def test_a_cheap_round_that_faults_settles_and_is_timed_again_in_the_state_it_settled_in(monkeypatch):
-    settling, calls = _faulting_calls(first=8)  # faults through the first timing, then stops
-    settled = measure.timed_round(settling, "cpu", 0.05)
-    # timed once, its 8 faulting calls would count; the settled round's timed calls (its last ones) come after
-    # them all (on a busy machine the first timing makes fewer than 8 calls, and the second one's warm-up faults)
-    assert settled["faults_per_call"] < measure.FAULT_PAGES
-    assert len(calls) >= 8 + settled["blocks"] * settled["calls_per_block"]
+    # faults through the first timing, however many calls a busy machine lets it make, and settles when settled
+    settling, calls = _faulting_calls(first=10**9)
+    settle, first_timing = measure.settle, []
+    monkeypatch.setattr(measure, "settle", lambda fn: (first_timing.append(len(calls)), fn.settle_now(), settle(fn)))
+    settled = measure.timed_round(settling, "cpu", CHEAP_ROUND)
+    # timed once, its faulting calls would count; the settled round's timed calls (its last ones) come after them
+    assert first_timing and settled["faults_per_call"] < measure.FAULT_PAGES
+    assert len(calls) >= first_timing[0] + 1 + settled["blocks"] * settled["calls_per_block"]
+    # settling calls until a call faults no more, at most SETTLE_CALLS times: a count of calls, not of time
+    for first, made in ((0, 1), (2, 3), (10**9, measure.SETTLE_CALLS)):
+        fn, calls = _faulting_calls(first)
+        settle(fn)
+        assert len(calls) == made
+    monkeypatch.setattr(measure, "settle", settle)
     always, _ = _faulting_calls(first=10**9)
     assert measure.timed_round(always, "cpu", 0.05)["faults_per_call"] >= 2048  # no settled state to find
     # a call that costs more than CHEAP_SHARE of the round is timed once, however it faults
     slow, _ = _faulting_calls(first=10**9)
     settled_calls = []
-    monkeypatch.setattr(measure, "settle", lambda fn: settled_calls.append(fn))
+    monkeypatch.setattr(measure, "settle", lambda fn: settled_calls.append(fn))  # not settling: noting
     assert measure.timed_round(lambda: (slow(), time.sleep(0.03)), "cpu", 0.05)["faults_per_call"] >= 2048
     assert settled_calls == []
-    measure.timed_round(always, "cpu", 0.05)
+    measure.timed_round(always, "cpu", CHEAP_ROUND)
     assert settled_calls == [always]
 
 
