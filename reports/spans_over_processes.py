@@ -1,5 +1,6 @@
 """A time measured in several processes (the runner's rounds, each a fresh process): the interval where a
-rerun's median lands, the processes' own range, and their two levels when they ran at two."""
+rerun's median lands, the processes' own range, and their two levels when they ran at two; and the thread
+speed-ups taken process by process."""
 
 from __future__ import annotations
 
@@ -73,3 +74,41 @@ def per_time(spans: dict, count: float) -> dict:
     """A rate's faster-mode figure and interval (``count`` over the faster mode's time and its interval's ends)."""
     return {k: count / spans[t] for k, t in (("fast", "fast"), ("fast_low", "fast_high"), ("fast_high", "fast_low"))
             if t in spans}
+
+
+#: the metric of a thread count's speed-up over one thread, taken process by process (``speedups``)
+SPEEDUP = "speedup_per_process"
+#: a time row's fields that a ratio of two times does not carry
+_TIME_ONLY = ("q25", "q75", "iqr", "samples", "lowest", "highest", "modes", "fast", "fast_low", "fast_high")
+
+
+def ratio_logs(first: dict, second: dict) -> np.ndarray:
+    """The logs of ``first``'s time over ``second``'s, process by process: over the rounds the two records were
+    timed in by one process (a round's process times every case of the grid, one after another)."""
+    other = {r["pid"]: r["median_s"] for r in second.get("rounds") or () if r.get("pid") and r.get("median_s")}
+    return np.array([math.log(r["median_s"] / other[r["pid"]]) for r in first.get("rounds") or ()
+                     if r.get("pid") in other and r.get("median_s")])
+
+
+def speedups(records: list[dict], rows: list[dict]) -> list[dict]:
+    """SPEEDUP rows of the threads area: each workload's time on one thread over its time on p threads, taken in
+    each process that timed both, seconds apart (``ratio_logs``), so that what a process draws and the machine's
+    moment move both sides alike; the median over those processes, with the interval where a rerun's lands (their
+    spread moderated by the other workloads', ``rerun.half_width``). Beside each p-thread case's time row
+    (``rows``); none where fewer than two processes timed both."""
+    ok = {(r["params"].get("workload"), r["params"].get("threads")): r for r in records
+          if r["area"] == "threads" and r["method"] == "forward" and r["status"] == "ok" and r.get("rounds")}
+    logs = {key: x for key, rec in ok.items() if key[1] != 1 and (one := ok.get((key[0], 1))) is not None
+            and len(x := ratio_logs(one, rec)) > 1}
+    prior = rerun.typical_variance(list(logs.values())) if logs else None
+    out = []
+    for (workload, threads), x in logs.items():
+        time = next((r for r in rows if r["area"] == "threads" and r["method"] == "forward" and r["metric"] == "time"
+                     and r.get("workload") == workload and r.get("threads") == threads), None)
+        if time is None:
+            continue
+        value = float(np.exp(np.median(x)))
+        low, high = rerun.interval(value, rerun.half_width(x, prior))
+        out.append({k: v for k, v in time.items() if k not in _TIME_ONLY}
+                   | {"metric": SPEEDUP, "unit": "x", "value": value, "low": low, "high": high, "processes": len(x)})
+    return out

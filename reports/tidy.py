@@ -105,7 +105,7 @@ def from_runner(folder: str) -> pd.DataFrame:
     rows.extend(_constant_rows(saved, base))
     for rec in kept:
         rows.extend(_predicted_rows(rec, base, models.get(_constants_key(rec, saved))))
-    return frame(rows + _normalised(kept, base))
+    return frame(rows + _normalised(kept, base) + spans_over_processes.speedups(kept, rows))
 
 
 def counted(folder: str) -> tuple[dict, list[dict]]:

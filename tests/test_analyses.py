@@ -3,11 +3,12 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from benchmarks import cases
-from reports import tidy
+from reports import spans_over_processes, tidy
 from reports.analyses import (
     c1_generation,
     c1_length,
@@ -111,6 +112,37 @@ def test_threads_speedup_and_efficiency():
     assert "attention scales best, rnn-width worst" in a.verdict
     one = c1_threads.analyse(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
     assert one.missing and "at least two thread counts" in one.verdict
+
+
+def test_thread_speed_ups_are_taken_process_by_process():
+    """Each process times both thread counts seconds apart; the processes run at different speeds (their draw, the
+    machine's moment), and the 2-thread case's slow process is not the 1-thread case's: the medians' ratio moves with
+    that, the speed-up taken process by process does not."""
+    speed = {1: 1.0, 2: 1.6, 3: 0.7}  # each process's slowness, which both its cases share
+    slowest = {1: 1, 2: 3}  # and one more slow spell, in a different process for each thread count
+    def record(threads, pids=(1, 2, 3)):
+        return {"area": "threads", "method": "forward", "status": "ok", "params": {"workload": "attention",
+                "threads": threads}, "rounds": [{"pid": pid, "median_s": (0.018 if threads == 1 else 0.01) * speed[pid]
+                                                * (1.5 if slowest[threads] == pid else 1.0)} for pid in pids]}
+    records = [record(1), record(2)]
+    times = [{"area": "threads", "method": "forward", "metric": "time", "workload": "attention", "threads": p,
+              "value": float(np.median([r["median_s"] for r in rec["rounds"]])), "status": "ok"}
+             for p, rec in ((1, records[0]), (2, records[1]))]
+    [row] = spans_over_processes.speedups(records, times)
+    logs = spans_over_processes.ratio_logs(*records)
+    assert sorted(np.round(np.exp(logs), 3)) == [1.8 / 1.5, 1.8, 1.8 * 1.5]
+    assert row["metric"] == spans_over_processes.SPEEDUP and row["threads"] == 2 and row["processes"] == 3
+    assert row["value"] == pytest.approx(1.8) and row["low"] < 1.8 < row["high"]
+    medians = times[0]["value"] / times[1]["value"]
+    assert abs(medians / 1.8 - 1) > 0.1  # what the ratio of the medians would have said
+    a = c1_threads.analyse(table(times, [row]))
+    assert a.numbers["speedup_attention_p2"] == pytest.approx(1.8)
+    assert a.intervals["speedup_attention_p2"] == (row["low"], row["high"])
+    assert a.numbers["efficiency_attention_p2"] == pytest.approx(0.9) and "1.80×" in a.answer
+    # processes that timed only one of the two (a case's extra rounds, say) pair nothing; one shared process: no row
+    assert spans_over_processes.speedups([record(1, (1, 2)), record(2, (3,))], times) == []
+    assert spans_over_processes.speedups([record(1), record(2, (1, 3))], times)[0]["processes"] == 2
+    assert spans_over_processes.speedups([record(1, (1,)), record(2, (1, 3))], times) == []
 
 
 def test_roofline_fraction_of_the_measured_peak():

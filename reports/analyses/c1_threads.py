@@ -1,4 +1,7 @@
-"""C1 on CPU threads: strong scaling, speed-up T(1)/T(p) and parallel efficiency, of fixed workloads."""
+"""C1 on CPU threads: strong scaling, speed-up T(1)/T(p) and parallel efficiency, of fixed workloads. Where the
+run timed a workload at 1 and p threads in the same processes (the runner's rounds), its speed-up is the one taken
+process by process (``reports.spans_over_processes.speedups``), not the ratio of two medians whose processes and
+moments differ."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import pandas as pd
 
 from benchmarks import cases
 
+from ..spans_over_processes import SPEEDUP
 from .base import Analysis, ok_rows, time_curves
 from .spread import ratio_interval
 
@@ -20,6 +24,10 @@ def analyse(t: pd.DataFrame) -> Analysis:
     times, interval = time_curves(rows, "threads", "workload")
     one = times.loc[times.index.min()]
     speedup = one / times
+    paired = ok_rows(t, "threads", SPEEDUP).set_index(["threads", "workload"])
+    for (p, w), row in paired.iterrows():
+        if p in speedup.index and w in speedup.columns:
+            speedup.loc[p, w] = row.value
     efficiency = speedup.div(speedup.index.to_series(), axis=0)
     a.tables.update(time=times, speedup=speedup, efficiency=efficiency)
     a.plot("speedup", xlabel="CPU threads", ylabel="speed-up over 1 thread (×)", title="Strong scaling: speedup",
@@ -30,7 +38,9 @@ def analyse(t: pd.DataFrame) -> Analysis:
     for w in times:
         a.numbers[f"speedup_{w}_p{p}"] = speedup.loc[p, w]
         a.numbers[f"efficiency_{w}_p{p}"] = efficiency.loc[p, w]
-        if interval:  # where a rerun's speed-up lands: speed-up = time on 1 thread / time on p
+        if (p, w) in paired.index:  # where a rerun's speed-up lands, from the processes that timed both
+            a.interval(f"speedup_{w}_p{p}", paired.loc[(p, w), "low"], paired.loc[(p, w), "high"])
+        elif interval:  # where a rerun's speed-up lands: speed-up = time on 1 thread / time on p
             low, high = interval["low"], interval["high"]
             one_thread = times.index.min()
             span = ratio_interval((times.loc[p, w], low.loc[p, w], high.loc[p, w]),
