@@ -124,13 +124,20 @@ def test_batches_of_runs_are_pooled_by_their_degrees_of_freedom_and_a_batch_meas
     between_runs.save(facts, batch(["b1", "b2", "b3", "b4"], -0.001))  # 6 dof against the first's 4
     kept = between_runs.load(facts)
     assert kept["variance"]["c1_length"] == pytest.approx((0.004 * 4 - 0.001 * 6) / 10)
-    assert kept["batches"] == 2 and kept["runs"] == [os.path.abspath(r) for r in ("a1", "a2", "a3", "b1", "b2", "b3",
+    assert kept["batches"] == 2 and kept["runs"] == [os.path.realpath(r) for r in ("a1", "a2", "a3", "b1", "b2", "b3",
                                                                                    "b4")]
     again = [os.path.join(".", r) for r in ("b1", "b2", "b3", "b4")]  # measured again, named by another path
     between_runs.save(facts, batch(again, -0.01))  # the batch replaced
     kept = between_runs.load(facts)
     assert kept["batches"] == 2 and kept["variance"]["c1_length"] == 0.0  # (0.016 - 0.06) / 10, held at 0
     assert between_runs.pooled([batch(["a1", "a2", "a3"], 0.004)])["variance"] == {"c1_length": 0.004}
+    for name in ("c1", "c2", "c3"):  # run folders, then the same folders through links
+        (tmp_path / name).mkdir()
+        (tmp_path / f"link-{name}").symlink_to(tmp_path / name)
+    between_runs.save(facts, batch([str(tmp_path / n) for n in ("c1", "c2", "c3")], 0.004))
+    between_runs.save(facts, batch([str(tmp_path / f"link-{n}") for n in ("c1", "c2", "c3")], 0.002))
+    kept = between_runs.load(facts)
+    assert kept["batches"] == 3 and kept["runs"][-3:] == [str((tmp_path / n).resolve()) for n in ("c1", "c2", "c3")]
 
 
 def test_an_analysis_adds_its_groups_variance_between_runs_to_the_interval_it_sets():

@@ -59,9 +59,9 @@ def save(metadata: dict, measured: dict) -> str:
     again replaces itself); the file's path."""
     file = path(metadata)
     now = dt.datetime.now(dt.timezone.utc)
-    runs = [os.path.abspath(r) for r in measured["runs"]]  # a folder named by another path is the same run
+    runs = [os.path.realpath(r) for r in measured["runs"]]  # a folder named by another path or link is the same run
     before = [b for b in (load(metadata) or {}).get("kept", [])
-              if not {os.path.abspath(r) for r in b["runs"]} & set(runs)
+              if not {os.path.realpath(r) for r in b["runs"]} & set(runs)
               and now - dt.datetime.fromisoformat(b["measured_at"]) <= dt.timedelta(days=MAX_AGE_DAYS)]
     batch = {k: measured[k] for k in ("excess", "dof", "figures")} | {"runs": runs, "measured_at": now.isoformat()}
     kept = [*before, batch]
