@@ -5,6 +5,7 @@ import atexit
 import contextlib
 import io
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -13,15 +14,19 @@ import tempfile
 import pytest
 import torch
 
-# the performance model's constants cached for this test session only (every command the tests start inherits
-# it): never the user's cache, and measured once for all the runs the tests make
-os.environ["ATTENTION_BENCH_CACHE"] = tempfile.mkdtemp(prefix="attention-bench-cache-")
+# the performance model's constants and the counted graphs cached for this test session only (every command the
+# tests start inherits it): never the user's cache, and measured once for all the runs the tests make. pytest-xdist's
+# workers (pyproject's addopts: two) share the one their controller made (ATTENTION_BENCH_TESTS_CACHE names it).
+os.environ["ATTENTION_BENCH_CACHE"] = os.environ["ATTENTION_BENCH_TESTS_CACHE"] = (
+    os.environ["ATTENTION_BENCH_TESTS_CACHE"] if os.environ.get("PYTEST_XDIST_WORKER")
+    and os.environ.get("ATTENTION_BENCH_TESTS_CACHE") else tempfile.mkdtemp(prefix="attention-bench-cache-"))
 
-from run_helpers import FAKE_PEAK, quick_measuring  # noqa: E402  (after the cache is set)
+from run_helpers import FAKE_PEAK, machine_shared, once, quick_measuring  # noqa: E402  (after the cache is set)
 
 from benchmarks.core.hardware import machine
 
-atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
+if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller's, or the only process's: it removes the cache
+    atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 
 # torch's threads in this process: one. The tests check what the code computes and records, not how fast; at two
 # threads on a machine whose other core is busy, every small operator waits for the other thread, and the tests
@@ -31,6 +36,29 @@ torch.set_num_threads(1)
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
 LOW_PRECISION = [torch.float16, torch.bfloat16]
+
+
+#: the session's longest set-ups (below): the files whose tests use them start first
+FIRST = {"main_job", "asv_project"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files whose tests use one of the session's longest set-ups first, then those with slow tests, then the
+    rest, each file's tests in their order: pytest-xdist hands the files to its workers in this order (pyproject's
+    --no-loadscope-reorder), so that the longest set-ups run beside everything else instead of last."""
+    rank: dict[str, int] = {}
+    for item in items:
+        place = 0 if FIRST & set(item.fixturenames) else 1 if item.get_closest_marker("slow") else 2
+        rank[item.path] = min(rank.get(item.path, 2), place)
+    items.sort(key=lambda item: rank[item.path])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test holds the machine shared, so that one that times two things against each other
+    (``run_helpers.quiet_machine``) can have it to itself while pytest-xdist's other worker waits."""
+    with machine_shared():
+        return (yield)
 
 
 @pytest.fixture(autouse=True)
@@ -64,14 +92,16 @@ def main_job(tmp_path_factory):
     from attention_bench.cli import main
     from benchmarks.core.running import runner
 
-    tmp = tmp_path_factory.mktemp("main-job")
-    run, report, out = str(tmp / "run"), str(tmp / "report"), io.StringIO()
-    with quick_measuring() as mp, contextlib.redirect_stdout(out):
-        mp.setattr(runner, "EXTRA_ROUNDS", 1)
-        mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
-        code = main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine",
-                     "box", "--min-run-time", "0.01", "--pairs-budget", "3", "--no-progress"])
-    return run, report, code, out.getvalue()
+    def make(tmp):
+        run, report, out = str(tmp / "run"), str(tmp / "report"), io.StringIO()
+        with quick_measuring() as mp, contextlib.redirect_stdout(out):
+            mp.setattr(runner, "EXTRA_ROUNDS", 1)
+            mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
+            code = main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine",
+                         "box", "--min-run-time", "0.01", "--pairs-budget", "3", "--no-progress"])
+        return run, report, code, out.getvalue()
+
+    return once(tmp_path_factory, "main-job", make)
 
 
 @pytest.fixture(scope="session")
@@ -79,9 +109,13 @@ def asv_project(tmp_path_factory):
     """A copy of this project in git, two commits ("first", "second"), each with asv's results of ASV_BENCHMARK
     (``asv run -E existing`` on the quick grid, as machine "box"), once per test session: (project, the
     environment the commands ran in, the two commits). Tests that change it work on a copy."""
+    project, env, shas = once(tmp_path_factory, "asv-project", _asv_project)
+    return pathlib.Path(project), env, shas
+
+
+def _asv_project(tmp):
     from run_helpers import ASV_BENCHMARK, copy_project
 
-    tmp = tmp_path_factory.mktemp("asv-project")
     project, home = tmp / "project", tmp / "home"
     copy_project(project)
     git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
@@ -102,7 +136,7 @@ def asv_project(tmp_path_factory):
                                      "--bench", ASV_BENCHMARK, "--set-commit-hash", sha],
                               cwd=project, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
-    return project, env, shas
+    return str(project), env, shas
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 
 import pytest
 import torch
+from filelock import FileLock
 
 from attention_bench.cli import main as attention_bench
 from benchmarks.core.hardware import constants, machine
@@ -139,3 +141,56 @@ def chromium_page(playwright, errors: list):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("requestfailed", lambda r: errors.append(f"failed to load {r.url}"))
     return browser, page
+
+
+def once(tmp_path_factory, name: str, make):
+    """``make(folder)``, JSON-serialisable, once per test session, however many pytest-xdist workers run it: the
+    first worker to ask makes it in a folder they all share, the others wait for it and read what it returned (a
+    tuple as a list). Tests that change what it made work on a copy."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    done = shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.is_file():
+            folder = shared / name
+            shutil.rmtree(folder, ignore_errors=True)  # a worker's try that raised
+            folder.mkdir()
+            done.write_text(json.dumps(make(folder)))
+        return json.loads(done.read_text())
+
+
+def _machine_lock() -> int:
+    """This process's descriptor of the test session's machine lock (a file in its cache folder, which
+    pytest-xdist's workers share: conftest)."""
+    global _MACHINE_LOCK
+    if _MACHINE_LOCK is None:
+        _MACHINE_LOCK = os.open(os.path.join(os.environ["ATTENTION_BENCH_CACHE"], "machine.lock"),
+                                os.O_RDWR | os.O_CREAT, 0o644)
+    return _MACHINE_LOCK
+
+
+_MACHINE_LOCK: int | None = None
+
+
+@contextlib.contextmanager
+def machine_shared():
+    """The machine, shared with the tests of pytest-xdist's other workers (every test holds it: conftest)."""
+    fcntl.flock(_machine_lock(), fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(_machine_lock(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def quiet_machine():
+    """The machine to this test alone while it times two things against each other: pytest-xdist's other workers
+    finish the test they are in and wait (without xdist, nothing changes). Load from outside the test session
+    stays: the test must hold on a busy machine all the same."""
+    fd = _machine_lock()
+    fcntl.flock(fd, fcntl.LOCK_EX)  # from shared (conftest) to exclusive, once the other holders let go
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_SH)

@@ -13,6 +13,7 @@ from run_helpers import measure
 from attention_bench.cli import main
 from benchmarks import cases
 from benchmarks.core import records
+from benchmarks.core.running import runner
 from reports import ranges
 
 
@@ -46,6 +47,30 @@ def test_measure_then_build_compare_and_export(tmp_path, capsys, main_job):
     out = capsys.readouterr().out
     assert f"box [{copy}]" in out and f"box [{run}]" in out
     assert f"{copy} (box) against {run} (box), figure by figure: 0 of " in out  # a copy differs in nothing
+
+
+@pytest.mark.slow
+def test_the_main_job_times_each_round_in_a_fresh_process(main_job, tmp_path, fake_peaks):
+    """The main job (conftest) times its grid in rounds, each in a process of its own; a second run into its folder
+    finds every round there and starts no process."""
+    run = main_job[0]
+    timed = [r for r in (json.load(open(os.path.join(run, "cases", name))) for name in os.listdir(
+        os.path.join(run, "cases"))) if r["status"] == "ok" and "rounds" in r]
+    assert timed
+    for rec in timed:
+        pids = {x["pid"] for x in rec["rounds"]}  # more than 3 where a method of the case had two modes
+        assert 3 <= len(rec["rounds"]) <= 3 + runner.EXTRA_ROUNDS and len(pids) == len(rec["rounds"])
+        assert os.getpid() not in pids
+        medians = [x["median_s"] for x in rec["rounds"]]
+        assert rec["processes"] == len(pids) and (rec["time_low_s"], rec["time_high_s"]) == (min(medians),
+                                                                                            max(medians))
+    copy = str(tmp_path / "run")
+    shutil.copytree(run, copy)
+    plan = runner.plan("quick", devices=["cpu"])
+    started = []
+    again = runner.Runner(copy, min_run_time=0.01, rounds=3, fresh=True, name="box")
+    again.round_in_process = lambda *args: started.append(args)
+    assert again.run(plan, progress=False)["resumed"] == len(plan) and started == []
 
 
 def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """asv's history site opens offline: ``attention-bench site`` publishes asv's results of two commits of a copy
 of this project and a paired history of the same two commits, and headless Chromium, served the site from
 localhost with every other host unreachable, draws asv's graph and the paired graph with both commits on each and
-reports no error and no failed request.
+reports no error and no failed request. The same asv project's machine metadata is what the report reads.
 
 .ci/run sets ATTENTION_BENCH_REQUIRE_BROWSER=1, so there a missing browser or missing npm packages fail
 instead of skipping."""
@@ -19,9 +19,11 @@ import sys
 import threading
 
 import pytest
+import torch
 from run_helpers import ARTIFACTS, ASV_BENCHMARK, CHROMIUM, chromium_page
 
-from reports import asv_site
+from benchmarks.core.hardware import machine
+from reports import asv_site, tidy
 
 pytestmark = pytest.mark.slow  # two asv runs, asv publish and Chromium
 
@@ -130,3 +132,13 @@ def test_the_site_draws_asvs_and_the_paired_graph_offline_in_headless_chromium(s
     # the second commit 10% slower in every graph (one per parameter combination, and one of them all)
     last = [v for g in paired for v in (g[-1][1] if isinstance(g[-1][1], list) else [g[-1][1]])]
     assert paired and last == pytest.approx([1.1] * len(last)), paired
+
+
+def test_asv_run_with_an_existing_environment_writes_the_metadata_the_report_reads(asv_project):
+    """asv's machine metadata, written by a real ``asv run -E existing`` (which sets no ASV_* variables) in the
+    copy of this project the site is published from (conftest's ``asv_project``), is what the report reads."""
+    project, _, _ = asv_project
+    written = os.listdir(project / ".asv" / "metadata")
+    assert written == [f"existing-py{sys.executable.replace(os.sep, '_')}-{machine.metadata()['hostname']}.json"]
+    t = tidy.load([str(project / ".asv" / "results")])
+    assert set(t.torch) == {torch.__version__} and set(t.machine) == {"box"}

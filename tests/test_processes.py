@@ -1,11 +1,9 @@
 """Every case timed in several fresh processes: the figure is the median over processes, its interval their
 range, and a case whose processes ran it at two levels is said to have two modes."""
 
-import json
 import math
 import mmap
 import os
-import shutil
 import time
 
 import matplotlib.pyplot as plt
@@ -249,30 +247,6 @@ def tqdm_off():
     from tqdm import tqdm
 
     return tqdm(disable=True)
-
-
-@pytest.mark.slow
-def test_the_main_job_times_each_round_in_a_fresh_process(main_job, tmp_path, fake_peaks):
-    """The main job (conftest) times its grid in rounds, each in a process of its own; a second run into its folder
-    finds every round there and starts no process."""
-    run = main_job[0]
-    timed = [r for r in (json.load(open(os.path.join(run, "cases", name))) for name in os.listdir(
-        os.path.join(run, "cases"))) if r["status"] == "ok" and "rounds" in r]
-    assert timed
-    for rec in timed:
-        pids = {x["pid"] for x in rec["rounds"]}  # more than 3 where a method of the case had two modes
-        assert 3 <= len(rec["rounds"]) <= 3 + runner.EXTRA_ROUNDS and len(pids) == len(rec["rounds"])
-        assert os.getpid() not in pids
-        medians = [x["median_s"] for x in rec["rounds"]]
-        assert rec["processes"] == len(pids) and (rec["time_low_s"], rec["time_high_s"]) == (min(medians),
-                                                                                            max(medians))
-    copy = str(tmp_path / "run")
-    shutil.copytree(run, copy)
-    plan = runner.plan("quick", devices=["cpu"])
-    started = []
-    again = runner.Runner(copy, min_run_time=0.01, rounds=3, fresh=True, name="box")
-    again.round_in_process = lambda *args: started.append(args)
-    assert again.run(plan, progress=False)["resumed"] == len(plan) and started == []
 
 
 def test_timing_a_case_that_sets_no_threads_never_sets_torchs_thread_count(monkeypatch, fake_peaks, tmp_path):
