@@ -36,7 +36,8 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: run it, say whether it ended as 
 
 {
     step machine 0 "$PY" -c "import torch; print(torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
-    step cuda-tests 0 "$PY" -m pytest -q -p no:cacheprovider tests/test_devices.py
+    # one file in one process: pyproject's addopts (two pytest-xdist workers) left out, xdist installed or not
+    step cuda-tests 0 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" tests/test_devices.py
     step nccl-1-rank 0 "$PY" -m torch.distributed.run --nproc_per_node=1 -m attention_bench ranks --grid quick \
         --backend nccl --out "$RUN" --min-run-time 0.1 "${NAME[@]}"
     gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
