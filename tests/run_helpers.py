@@ -160,6 +160,9 @@ def once(tmp_path_factory, name: str, make):
         return json.loads(done.read_text())
 
 
+_MACHINE_LOCK: int | None = None
+
+
 def _machine_lock() -> int:
     """This process's descriptor of the test session's machine lock (a file in its cache folder, which
     pytest-xdist's workers share: conftest)."""
@@ -168,9 +171,6 @@ def _machine_lock() -> int:
         _MACHINE_LOCK = os.open(os.path.join(os.environ["ATTENTION_BENCH_CACHE"], "machine.lock"),
                                 os.O_RDWR | os.O_CREAT, 0o644)
     return _MACHINE_LOCK
-
-
-_MACHINE_LOCK: int | None = None
 
 
 @contextlib.contextmanager
