@@ -28,10 +28,13 @@ from benchmarks.core.hardware import machine
 if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller's, or the only process's: it removes the cache
     atexit.register(shutil.rmtree, os.environ["ATTENTION_BENCH_CACHE"], ignore_errors=True)
 
-# torch's threads in this process: one. The tests check what the code computes and records, not how fast; at two
-# threads on a machine whose other core is busy, every small operator waits for the other thread, and the tests
-# take half as long again. Every process the tests start (the main job's rounds, its profiles, the paired workers,
-# torchrun's ranks, asv's) runs at torch's own count, as users run it.
+# torch's threads: one, here and in every process the tests start (the main job's rounds, its profiles, the paired
+# workers, torchrun's ranks, asv's: OMP_NUM_THREADS, which their records state as their regime), unless a case sets
+# its own count. The tests check what the code computes and records, not how fast. At two threads on a machine whose
+# other core is busy (pytest-xdist's other worker, anything else), every parallel region waits for a thread that is
+# not running and the waiting thread spins: the main job's rounds took twice the CPU time. A test of what the
+# default count does removes the variable (``monkeypatch.delenv``).
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]

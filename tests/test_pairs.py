@@ -205,7 +205,8 @@ def test_gate_sensitivity_refuses_zero_trials_and_a_foreign_record(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in():
+def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS")  # every runtime default, as users start both (conftest sets one thread)
     fresh = subprocess.run([sys.executable, "-c", "import json; from benchmarks.core import records; "
                             "print(json.dumps(records.regime()))"], capture_output=True, text=True, cwd=ROOT)
     runner_regime = json.loads(fresh.stdout)

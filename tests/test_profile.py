@@ -128,11 +128,12 @@ def test_bad_input_is_a_clear_error(argv, message, capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path):
+def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path, monkeypatch):
     """A calibration sets torch's threads in the main job's process (which slows small operators for the rest of
     the process); its profiles run in a fresh one, at torch's own thread count."""
     import torch
 
+    monkeypatch.delenv("OMP_NUM_THREADS")  # torch's own count, as users start it (conftest sets one)
     fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True,
                            text=True, check=True)
     default = int(fresh.stdout)  # what a process of its own starts with
