@@ -94,6 +94,20 @@ def test_the_page_validates_the_model_per_area_and_draws_the_roofline(run):
     assert fig.roof[0] > 0 and fig.roof[1] > 0 and "ceiling" in roof.verdict
 
 
+def test_the_page_says_how_far_the_runs_gemm_peak_is_from_its_constants(run):
+    """Cached constants describe the machine on the day they were measured: the verdict sets the run's calibrated
+    GEMM peak against their GEMM rate, and a run on a machine half as fast says half."""
+    t = tidy.load([run])
+    slower = t.assign(value=t.value.where(t.metric != "gemm_peak_flops_per_s", t.value / 2))
+    before, after = prediction.analyse(t), prediction.analyse(slower)
+    ratio, halved = (prediction.peak_over_constants(a.tables["constants"]) for a in (before, after))
+    assert len(ratio) and list(ratio.index) == list(halved.index)
+    assert halved.to_numpy() == pytest.approx(ratio.to_numpy() / 2)
+    for a, r in ((before, ratio), (after, halved)):
+        said = ", ".join(f"{prediction._at(at)} {v:.2f}×" for at, v in r.items())
+        assert f"best GEMM rate: {said} (below 1: the machine ran slower" in a.verdict
+
+
 def test_predict_prints_every_case_as_predicted(run, capsys, tmp_path):
     csv = str(tmp_path / "h100.csv")
     assert main(["predict", SHEET, run, "--csv", csv]) == 0

@@ -114,6 +114,23 @@ def heads_ratio(p: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
     return (by[by.columns.max()] / by[1]).dropna(), int(by.columns.max())
 
 
+def peak_over_constants(constants: pd.DataFrame) -> pd.Series:
+    """From the constants table (what by device and threads): the run's calibrated GEMM peak over the best GEMM
+    rate of the constants that price its cases, where both were measured. Cached constants describe the machine
+    on the day they were measured: below 1, it ran its GEMMs slower in this run, and compute-bound predictions
+    are short by that much."""
+    rows = ("calibrated GEMM peak flops per s", "gemm kernel best flops per s")
+    if not set(rows) <= set(constants.index):
+        return pd.Series(dtype=float)
+    return (constants.loc[rows[0]] / constants.loc[rows[1]]).dropna()
+
+
+def _at(column: str) -> str:
+    """A constants table column ("cpu 2", "cuda ") as words: "cpu at 2 threads", "cuda"."""
+    device, _, threads = column.partition(" ")
+    return f"{device} at {int(float(threads))} threads" if threads.strip() else device
+
+
 def analyse(t: pd.DataFrame) -> Analysis:
     """Predicted against measured for every timed case of the run, per area; C1 and heads predicted."""
     a = Analysis("prediction", "Predicted from the machine's constants, then measured", "model", "",
@@ -162,6 +179,12 @@ def analyse(t: pd.DataFrame) -> Analysis:
                  + ". "
                  + "Worst: " + "; ".join(f"{c} ({w})" for c, w in zip(
                      a.tables["worst"]["case"], a.tables["worst"]["what misled it"], strict=True)) + ".")
+    drift = peak_over_constants(a.tables["constants"]) if "constants" in a.tables else pd.Series(dtype=float)
+    if not drift.empty:
+        a.verdict += (" This run's calibrated GEMM peak over its constants' best GEMM rate: "
+                      + ", ".join(f"{_at(at)} {r:.2f}×" for at, r in drift.items())
+                      + " (below 1: the machine ran slower than when the constants were measured, and "
+                        "compute-bound predictions are short by that much).")
     first = p[p.device == sorted(set(p.device), key=lambda d: d != "cpu")[0]]  # the CPU where there is one
     measured, cross_m = crossover_curves(first, "measured")
     predicted, cross_p = crossover_curves(first, "predicted")
