@@ -17,6 +17,7 @@ UNITS = {
     "gpu_sm_clock_mhz": "MHz", "gpu_mem_clock_mhz": "MHz", "gpu_utilization_pct": "%",
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
     "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
+    "achieved_flops_per_s_normalised": "FLOP/s",
     "time_best_round": "s", "others_cpu_share": "fraction", "speedup_per_process": "x",
     "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
 }

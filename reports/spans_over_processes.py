@@ -31,8 +31,9 @@ def spans(rec: dict, prior: float | None = None) -> dict:
     (``benchmarks.core.timing.rerun``: the processes' spread moderated by ``prior``), ``lowest`` and
     ``highest``, the lowest and highest process's median, how many (``processes``) and, when they ran at two
     levels, ``modes`` ("8.9 ms in 1 process, 51 page faults per call; 16 ms in 2 processes, 8160 page faults
-    per call") and the faster level's time, ``fast`` (``fast_low``, ``fast_high``: its interval); nothing for a
-    time from one process."""
+    per call") and, when the slower level faults in pages each call that the faster does not (two memory states,
+    ``measure.memory_states``), the faster level's time, ``fast`` (``fast_low``, ``fast_high``: its interval);
+    nothing for a time from one process."""
     if (rec.get("processes") or 0) < 2 or rec.get("time_low_s") is None:
         return {}
     logs = process_logs(rec)
@@ -46,7 +47,7 @@ def spans(rec: dict, prior: float | None = None) -> dict:
     modes = measure.modes_of(rec["rounds"]) if rec.get("rounds") else rec.get("modes")  # from what was measured
     if modes:
         out["modes"] = "; ".join(mode(m) for m in modes)
-        if rec.get("rounds") and not math.isnan(width):
+        if rec.get("rounds") and not math.isnan(width) and measure.memory_states(modes):
             out.update(_faster(logs, modes[0]["processes"], prior))
     return out
 

@@ -29,7 +29,7 @@ from benchmarks.core.hardware import machine, perfmodel
 from benchmarks.core.profiling import profiler
 from benchmarks.core.records import read_json
 
-from . import spans_over_processes
+from . import normalised, spans_over_processes
 from .asv_table import asv_method_metric, from_asv
 from .columns import COLUMNS, CONSTANTS, GRAPH_METRICS, PARAMS, PREDICTED, UNITS, facts, frame
 from .peaks import impossible, peak_interval, peak_key, peaks_of, too_low
@@ -105,7 +105,7 @@ def from_runner(folder: str) -> pd.DataFrame:
     rows.extend(_constant_rows(saved, base))
     for rec in kept:
         rows.extend(_predicted_rows(rec, base, models.get(_constants_key(rec, saved))))
-    return frame(rows + _normalised(kept, base) + spans_over_processes.speedups(kept, rows))
+    return frame(rows + _normalised(kept, base, peaks) + spans_over_processes.speedups(kept, rows))
 
 
 def counted(folder: str) -> tuple[dict, list[dict]]:
@@ -185,44 +185,17 @@ def _record_status(path: str, commit: str | None) -> tuple[str | None, str | Non
     return None, None
 
 
-#: neighbouring controls (in time order) whose median stands for the machine's speed at one case: a single
-#: 10 ms control is itself noisy (18-166 GFLOP/s within one run on a 2-core VM), the drift it is meant to
-#: catch is slower than one case
-CONTROL_WINDOW = 15
-
-
-def _normalised(records: list[dict], base: dict) -> list[dict]:
-    """``time_normalised`` rows: the time the case would have taken had the machine run at its typical speed
-    for this run. Each round's time x the machine's speed at that round / its typical speed (the run's
-    median control at that thread count), and the median over the record's rounds. Speed: the control GEMM
-    measured around the round (benchmarks.measure.CONTROL_SIZE). A record of one round has one control, too
-    noisy alone (18-166 GFLOP/s within one run on a 2-core VM), so there the median of the CONTROL_WINDOW
-    controls nearest in time stands for it; with several rounds the median over rounds does that smoothing,
-    and each round's own control follows the machine better (on this VM, two 5-round runs: 6.8% apart at
-    the median with each round's own control, 7.5% with the window)."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("control_flops_per_s") and r.get("time_median_s")]
-    if not ok:
-        return []
-    rounds = [(i, r.get("threads"), x["control_flops_per_s"], x.get("started_at") or "", x["median_s"],
-               len(r.get("rounds") or ()) > 1)
-              for i, r in enumerate(ok) for x in r.get("rounds") or
-              [{"control_flops_per_s": r["control_flops_per_s"], "started_at": r.get("started_at"),
-                "median_s": r["time_median_s"]}] if x.get("control_flops_per_s")]
-    frame = pd.DataFrame(rounds, columns=["record", "threads", "control", "started", "time", "own"]).sort_values(
-        "started", kind="stable")
-    window = frame.groupby("threads").control.transform(
-        lambda c: c.rolling(CONTROL_WINDOW, center=True, min_periods=1).median())
-    speed = frame.control.where(frame.own, window)
-    frame["normalised"] = frame.time * speed / frame.groupby("threads").control.transform("median")
-    normalised = frame.groupby("record").normalised.median()
-    out = []
-    for i, value in normalised.items():
-        row = next(x for x in _runner_rows(ok[i], base) if x["metric"] == "time")
-        factor = value / row["value"]
-        out.append({**row, "metric": "time_normalised", "value": value, "q25": row["q25"] * factor,
-                    "q75": row["q75"] * factor, "iqr": row["iqr"] * factor,
-                    **{k: row[k] * factor for k in ("low", "high", "lowest", "highest") if k in row}})
-    return out
+def _normalised(kept: list[dict], base: dict, peaks: dict[str, float] | None = None) -> list[dict]:
+    """``time_normalised`` and ``achieved_flops_per_s_normalised`` rows: the time and the rate the case would
+    have had, had the machine run at its typical speed for this run (``reports.normalised``), with their interval
+    over the processes' normalised times (moderated by the variance typical of the area's normalised cases)."""
+    pairs = normalised.records(kept)
+    priors = spans_over_processes.priors([norm for _, norm in pairs])
+    names = {"time": "time_normalised", "achieved_flops_per_s": "achieved_flops_per_s_normalised"}
+    return [{**row, "metric": names[row["metric"]], "unit": UNITS[names[row["metric"]]]} for rec, norm in pairs
+            for row in _runner_rows(norm, base, (peaks or {}).get(peak_key(rec)),
+                                    prior=priors.get((rec["area"], rec["params"].get("device"))))
+            if row["metric"] in names]
 
 
 def samples(rec: dict) -> int | None:

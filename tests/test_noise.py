@@ -71,6 +71,44 @@ def test_a_run_in_rounds_is_normalised_round_by_round_and_keeps_its_best_round(t
     assert set(noise.AGREEMENT_METRICS) >= {"time", "time_normalised", "time_best_round"}
 
 
+def test_a_case_timed_while_the_machine_drifted_is_normalised_process_by_process_and_c2_reads_that(tmp_path):
+    """Equation (1)'s math backend timed in three processes while the host ran at 100, 50 and 67 GFLOP/s (the
+    control GEMM around each), the sdpa backend while it ran at 100 throughout. The raw math times (1, 2, 1.5 s)
+    spread 2x; what the case did at the machine's speed does not. Normalised to the run's typical speed (100),
+    each math process took 1 s: the interval is the case's own, and C2's fraction of the peak is the normalised
+    rate's (1.5 GFLOP/s of 4, not the raw median's 1), with the sentence saying so."""
+    from benchmarks.core.timing.measure import combined
+    from reports.analyses import c2_roofline
+
+    (tmp_path / "cases").mkdir()
+    records.write_json_atomic(str(tmp_path / "machine.json"), {
+        "machine": {**machine.metadata(), "hostname": "vm"}, "gemm_peaks": {"cpu/float32/2": 4e9},
+        "commit": "a" * 40, "name": "vm"})
+    at = lambda s: f"2026-12-04T08:00:{s:02d}+00:00"  # noqa: E731
+    for backend, timed in (("math", ((1.0, 100e9), (2.0, 50e9), (1.5, 100e9 / 1.5))),
+                           ("sdpa", ((0.5, 100e9), (0.5, 100e9), (0.5, 100e9)))):
+        rounds = [{"started_at": at(i), "pid": i + 1, "median_s": t, "q25_s": t, "q75_s": t, "blocks": 3,
+                   "calls_per_block": 1, "control_flops_per_s": c} for i, (t, c) in enumerate(timed)]
+        params = {"seq_len": 128, "d_head": 64, "backend": backend, "causal": False, "dtype": "float32",
+                  "device": "cpu"}
+        record = {"area": "attention", "method": "forward", "params": params, "status": "ok", "reason": None,
+                  "commit": "a" * 40, "started_at": at(0), "threads": 2, "matmul_flops": 1.5e9, **combined(rounds)}
+        record["achieved_flops_per_s"] = 1.5e9 / record["time_median_s"]
+        records.write_json_atomic(
+            str(tmp_path / "cases" / (records.case_key("attention", "forward", params) + ".json")), record)
+    t = tidy.load([str(tmp_path)])
+    row = lambda metric, backend: t[(t.metric == metric) & (t.backend == backend)].iloc[0]  # noqa: E731
+    raw, norm = row("time", "math"), row("time_normalised", "math")
+    assert raw.value == 1.5 and (raw.lowest, raw.highest) == (1.0, 2.0)
+    assert norm.value == pytest.approx(1.0) and (norm.lowest, norm.highest) == (pytest.approx(1.0), pytest.approx(1.0))
+    assert norm.high / norm.low < raw.high / raw.low
+    assert row("achieved_flops_per_s_normalised", "math").value == pytest.approx(1.5e9)
+    a = c2_roofline.analyse(t)
+    assert a.numbers["best_fraction_cpu_math"] == pytest.approx(0.375)  # raw: 1 GFLOP/s, 0.25
+    assert a.numbers["best_fraction_cpu_sdpa"] == pytest.approx(0.75)
+    assert "each process's rate at the run's typical speed" in a.verdict
+
+
 def test_a_busy_machine_is_warned_about_before_the_run(tmp_path, fake_peaks, monkeypatch, capsys):
     assert 0 <= machine.cpu_busy(0.2) <= 1
     monkeypatch.setattr(os, "cpu_count", lambda: 1)

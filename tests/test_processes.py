@@ -75,6 +75,13 @@ def test_a_case_at_two_modes_gives_its_faster_modes_time_and_interval_from_that_
                                                        "fast_low": pytest.approx(1e9 / high),
                                                        "fast_high": pytest.approx(1e9 / low)}
     assert "fast" not in spans_over_processes.spans({**rec, "rounds": rounds[::2][:2] + [rounds[4]]}, prior=0.001)
+    # two levels whose slower side faults in only a warm-up's pages per call, not its intermediates afresh: two
+    # modes, named, but not two memory states, so no faster mode stands for the case
+    warm = [_round(t, 0.02, i, f) for i, (t, f) in enumerate([(0.0090, 0), (0.0120, 682), (0.0122, 700)])]
+    got = spans_over_processes.spans({"processes": 3, "rounds": warm, "time_median_s": 0.0120, "time_low_s": 0.0090,
+                                      "time_high_s": 0.0122}, prior=0.001)
+    assert got["modes"].startswith("9 ms in 1 process") and "fast" not in got
+    assert measure.memory_states(measure.modes_of(rounds)) and not measure.memory_states(measure.modes_of(warm))
 
 
 def test_a_timed_round_counts_the_page_faults_of_its_calls():

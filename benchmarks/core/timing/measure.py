@@ -53,6 +53,10 @@ FAULT_PAGES, FAULT_FACTOR = 256, 2.0
 #: call in at most CHEAP_SHARE of the round's time) calls the case up to SETTLE_CALLS more times, until one
 #: call faults in no more than FAULT_PAGES, and is timed again, so that its round measures the state it settled in
 SETTLE_CALLS, CHEAP_SHARE = 3, 0.5
+#: a process in the slower memory state faults its intermediates in afresh on every call: more than STATE_PAGES
+#: pages (16 MiB) per call (math attention at n = 128, batch x n = 4096 tokens: 10,000-16,000 here); a warm-up's
+#: first faults spread over a round's calls stay below it (up to about 3,300 pages per call here)
+STATE_PAGES = 16 * FAULT_PAGES
 
 
 @dataclass
@@ -225,6 +229,15 @@ def modes_of(rounds: list[dict]) -> list[dict] | None:
 def _median_faults(rounds: list[dict]) -> float | None:
     counted = [r["faults_per_call"] for r in rounds if r.get("faults_per_call") is not None]
     return float(statistics.median(counted)) if counted else None
+
+
+def memory_states(modes: list[dict] | None) -> bool:
+    """Whether two modes (``modes_of``) are the two memory states: the slower faulting in more than STATE_PAGES
+    pages each call, which the faster does not (rather than two levels of the machine's speed, or of noise)."""
+    if not modes or len(modes) != 2:
+        return False
+    fast, slow = (m.get("faults_per_call") for m in modes)
+    return _fault_split(fast, slow) and slow > STATE_PAGES
 
 
 def _fault_split(fast: float | None, slow: float | None) -> bool:
