@@ -193,8 +193,8 @@ def track_history(args: argparse.Namespace) -> int:
 def add_profile(p: argparse.ArgumentParser) -> None:
     options.add(p, "--grid", "--area", "--method", "--param", "--device", "--out", "--machine")
     p.add_argument("--set", choices=list(cases.PROFILE_SETS), help="a named set of cases instead of a selection")
-    p.add_argument("--cycles", type=guards.count, default=5, help="profiled calls per case, each after an "
-                   "unprofiled one (default 5)")
+    p.add_argument("--cycles", type=guards.count, default=None, help="profiled calls per case, each after an "
+                   "unprofiled one (default: as many as fit in 4 s at the case's speed, 2 to 5)")
 
 
 def profile(args: argparse.Namespace) -> int:

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
+import torch
 from run_helpers import in_process, quiet_machine
 
 from benchmarks import cases
@@ -187,3 +189,19 @@ def test_the_profilers_overhead_and_the_profiles_that_add_up_carry_where_a_rerun
     (low, high), (steady_low, steady_high) = (a.intervals["profiled_over_unprofiled"] for a in (moved, steady))
     assert low < steady_low and high > steady_high
     assert "profiled_over_unprofiled" not in profiling.analyse(profiling.table(_profiles([0.01], 1))).intervals
+
+
+def test_a_case_gets_as_many_cycles_as_fit_in_the_budget_at_its_speed_unless_told(monkeypatch):
+    assert profiler.cycles_for(0.6) == profiler.MIN_CYCLES  # a paper-base forward pass: 2 cycles, not 5
+    assert profiler.cycles_for(0.001) == profiler.MAX_CYCLES and profiler.cycles_for(0.25) == 4
+    monkeypatch.setattr(profiler, "CYCLE_BUDGET_S", 0.25)  # at most 3 cycles of four calls of 20 ms or more
+    real, first = profiler.cycles_for, []
+    monkeypatch.setattr(profiler, "cycles_for", lambda seconds: first.append(seconds) or real(seconds))
+
+    def call():
+        with torch.profiler.record_function("attention.scores"):
+            time.sleep(0.02)
+
+    got = profiler.profile_times(call, "cpu")["cycles"]
+    assert first[0] >= 0.02 and got == real(first[0]) <= 3  # from the first call's time, however long it took
+    assert profiler.profile_times(call, "cpu", cycles=4)["cycles"] == 4 and len(first) == 1

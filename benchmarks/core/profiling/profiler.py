@@ -12,7 +12,8 @@ model ``transformer.flops`` component by component), achieved FLOP/s and operato
 
 How it is measured:
 
-- **Time.** ``torch.profiler.schedule(wait=2, warmup=1, active=1, repeat=cycles)``: each cycle has two
+- **Time.** ``torch.profiler.schedule(wait=2, warmup=1, active=1, repeat=cycles)``, five cycles or as many as
+  fit in 4 s at the speed of the case's first call, at least two (``cycles_for``): each cycle has two
   calls with the profiler off (the second is timed: the first runs with caches cold from the previous
   cycle's trace processing), one warm-up and one profiled call, so unprofiled and profiled calls
   alternate under the same machine load. A component's time is the self time of its label (the
@@ -72,6 +73,11 @@ from .components import (  # noqa: F401 (the profile's terms, read through this 
 
 #: the most the components may differ from the unprofiled call before a profile is flagged
 SUM_TOLERANCE = 0.10
+#: cycles (each two unprofiled calls, a warm-up and a profiled call) a case gets unless told: as many as fit in
+#: CYCLE_BUDGET_S at the speed of its first call, between MIN_CYCLES and MAX_CYCLES. A slow call is less disturbed
+#: in proportion by a moment of contention, and its few profiled calls still give the fastest of them; a
+#: paper-base forward pass (0.6 s) takes 2 cycles, 8 s less than 5
+CYCLE_BUDGET_S, MIN_CYCLES, MAX_CYCLES = 4.0, 2, 5
 
 
 # -- time ------------------------------------------------------------------------------------------
@@ -133,8 +139,14 @@ def quiet_kineto(device: str) -> None:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
-def profile_times(fn: Callable[[], Any], device: str, cycles: int = 5) -> dict:
-    """Alternate unprofiled and profiled calls of ``fn`` (warm) and break the profiled ones into components."""
+def cycles_for(seconds: float) -> int:
+    """How many cycles fit in CYCLE_BUDGET_S for a call of ``seconds`` (MIN_CYCLES to MAX_CYCLES)."""
+    return max(MIN_CYCLES, min(MAX_CYCLES, int(CYCLE_BUDGET_S // (4 * max(seconds, 1e-9)))))
+
+
+def profile_times(fn: Callable[[], Any], device: str, cycles: int | None = None) -> dict:
+    """Alternate unprofiled and profiled calls of ``fn`` (warm) and break the profiled ones into components;
+    ``cycles`` of them, or (None) as many as ``cycles_for`` its first call."""
     quiet_kineto(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     per_call: list[dict[str, float]] = []
@@ -154,7 +166,9 @@ def profile_times(fn: Callable[[], Any], device: str, cycles: int = 5) -> dict:
     walls = {"wait": [], "active": []}
     # the first call after a profiled one runs with caches cold from processing its trace: not timed
     phases = ["settle", "wait", "warmup", "active"]
+    first = time.perf_counter()
     fn()
+    cycles = cycles or cycles_for(time.perf_counter() - first)
     with warnings.catch_warnings(), profile(
             activities=activities, schedule=schedule(wait=2, warmup=1, active=1, repeat=cycles),
             on_trace_ready=ready) as prof:
@@ -263,7 +277,7 @@ def _fused(graph: opgraph.OpGraph) -> bool:
     return any("attention.sdpa" in op.labels for op in graph.ops)
 
 
-def profile_case(area: str, params: dict, method: str, out: str, *, cycles: int = 5) -> dict:
+def profile_case(area: str, params: dict, method: str, out: str, *, cycles: int | None = None) -> dict:
     """Profile one method of one grid case into ``<out>/profiles/<case>/``; returns the record. Its memory
     timeline is drawn by the report (``memory_figure`` names the file)."""
     folder = os.path.join(out, "profiles", case_key(area, method, params))
@@ -331,7 +345,7 @@ def load(folder: str) -> list[dict]:
     return out
 
 
-def run_set(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 5, progress: bool = True
+def run_set(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int | None = None, progress: bool = True
             ) -> dict[str, int]:
     """Profile every case of a named set (``cases.PROFILE_SETS``), or of a list of (area, params, method),
     into ``out``, skipping those already profiled at this commit; a case that fails is reported and the set
@@ -361,8 +375,8 @@ def run_set(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 
     return dict(counts)
 
 
-def run_set_fresh(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int = 5, progress: bool = True
-                  ) -> dict[str, int]:
+def run_set_fresh(name: str | list[tuple[str, dict, str]], out: str, *, cycles: int | None = None,
+                  progress: bool = True) -> dict[str, int]:
     """``run_set`` in a fresh process (spawned: a new interpreter), so that the cases are profiled in the users'
     regime whatever this process has done: a calibration at other thread counts sets torch's threads, and
     setting them slows small operators for the rest of the process."""
