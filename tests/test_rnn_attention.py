@@ -94,3 +94,15 @@ def test_paper_preset():
 def test_bad_input_is_named(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_the_parameter_match_skips_initialisers_on_meta_tensors_only():
+    from transformer import rnn_attention
+
+    meta, real = torch.empty(4, 3, device="meta"), torch.zeros(4, 3)
+    torch.manual_seed(0)
+    with rnn_attention._on_meta():
+        assert torch.nn.init.normal_(meta) is meta and meta.normal_() is meta
+        torch.nn.init.normal_(real)  # a real tensor is initialised as ever, from the same random stream
+    torch.manual_seed(0)
+    assert torch.equal(real, torch.nn.init.normal_(torch.zeros(4, 3)))

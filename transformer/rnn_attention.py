@@ -13,11 +13,13 @@ that is claim C1's point. Its interface matches ``Transformer`` (tokens in, logi
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.overrides import TorchFunctionMode
 from torch.profiler import record_function
 
 from ._validation import check_choice, check_positive, check_tokens
@@ -60,23 +62,44 @@ class RNNAttentionConfig:
         base = dict(src_vocab=config.src_vocab, tgt_vocab=config.tgt_vocab, emb_dim=config.d_model)
         if match == "width":
             return cls._with_hidden(base, config.d_model)
-        target = parameter_count(Transformer(config, device="meta"))
-        lo, hi = 2, 2
-        while parameter_count(RNNAttention(cls._with_hidden(base, hi), device="meta")) < target:
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:  # parameter count grows with the width: bisect
-            mid = (lo + hi) // 2
-            if parameter_count(RNNAttention(cls._with_hidden(base, mid), device="meta")) < target:
-                lo = mid
-            else:
-                hi = mid
-        gap = {h: abs(parameter_count(RNNAttention(cls._with_hidden(base, h), device="meta")) - target)
-               for h in (lo, hi)}
-        return cls._with_hidden(base, min(gap, key=gap.get))
+        return cls._with_hidden(base, _params_matching_width(config))
 
     @classmethod
     def _with_hidden(cls, base: dict, hidden: int) -> RNNAttentionConfig:
         return cls(**base, enc_hidden=hidden, dec_hidden=hidden, align_dim=hidden, maxout_units=max(1, hidden // 2))
+
+
+@functools.cache
+def _params_matching_width(config: TransformerConfig) -> int:
+    """The hidden width whose RNNAttention's parameter count is nearest the Transformer's (bisection; the
+    models are built on the meta device, their initialisers skipped: ``_on_meta``)."""
+    base = dict(src_vocab=config.src_vocab, tgt_vocab=config.tgt_vocab, emb_dim=config.d_model)
+    with _on_meta():
+        target = parameter_count(Transformer(config, device="meta"))
+        count = lambda h: parameter_count(RNNAttention(RNNAttentionConfig._with_hidden(base, h), device="meta"))  # noqa: E731
+        lo, hi = 2, 2
+        while count(hi) < target:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:  # parameter count grows with the width: bisect
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if count(mid) < target else (lo, mid)
+        return min((lo, hi), key=lambda h: abs(count(h) - target))
+
+
+class _on_meta(TorchFunctionMode):
+    """Initialisers do nothing to meta tensors: they hold no values to initialise, and torch runs ``normal_`` on
+    one through a meta kernel whose first use imports torch._dynamo (1-2 s in each fresh process)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by name
+        initialiser = getattr(func, "__module__", None) == "torch.nn.init" or func in _IN_PLACE_RANDOM
+        if initialiser and getattr(tensor, "is_meta", False):
+            return tensor
+        return func(*args, **kwargs)
+
+
+_IN_PLACE_RANDOM = {torch.Tensor.normal_, torch.Tensor.uniform_}
 
 
 RNN_PRESETS: dict[str, RNNAttentionConfig] = {
