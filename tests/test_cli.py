@@ -182,20 +182,50 @@ COMMANDS = {"run --help": ([COMMAND, "run", "--help"], "usage: attention-bench r
             "claims": ([COMMAND, "claims"], "# The claims attention-bench tests")}
 
 
+#: each script given, as ``python SCRIPT --help`` runs it (sys.path[0] the script's folder), one after another in
+#: one interpreter: a process of its own each would import torch again, about 2 CPU-s a script. The project's
+#: packages are forgotten between scripts, so that each finds them itself. Prints {script: [exit code, out, err]}
+HELP_EACH = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+rest, before, done = list(sys.path[1:]), set(sys.modules), {}
+for script in sys.argv[1:]:
+    sys.argv, sys.path[:] = [script, "--help"], [os.path.dirname(script), *rest]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        except BaseException:
+            code = 1
+            traceback.print_exc()
+    done[script] = [code, out.getvalue(), err.getvalue()]
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in ("attention_bench", "benchmarks", "reports", "transformer", "scripts"):
+            del sys.modules[name]
+print(json.dumps(done))
+"""
+
+
 @pytest.fixture(scope="module")
 def from_elsewhere(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    """Every script's ``--help`` and each of COMMANDS, run from a folder outside the checkout, all started at once
-    (each is a process that imports torch: together they take about the slowest one's time, not the sum)."""
+    """Every script's ``--help`` (HELP_EACH) and each of COMMANDS, run from a folder outside the checkout, all
+    started at once."""
     cwd = tmp_path_factory.mktemp("elsewhere")
-    argv = {name: [sys.executable, os.path.abspath(os.path.join(SCRIPTS, name)), "--help"] for name in SCRIPT_NAMES}
-    argv |= {name: command for name, (command, _) in COMMANDS.items()}
+    scripts = {os.path.abspath(os.path.join(SCRIPTS, name)): name for name in SCRIPT_NAMES}
+    argv = {name: command for name, (command, _) in COMMANDS.items()}
+    argv[""] = [sys.executable, "-c", HELP_EACH, *scripts]
     started = {name: subprocess.Popen(a, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for name, a in argv.items()}
     done = {}
     for name, proc in started.items():
         out, err = proc.communicate(timeout=300)
         done[name] = subprocess.CompletedProcess(argv[name], proc.returncode, out, err)
-    return done
+    each = done.pop("")  # a runner that failed itself fails every script, with its error
+    results = (json.loads(each.stdout) if each.returncode == 0 else
+               {path: [each.returncode, "", each.stderr] for path in scripts})
+    return done | {scripts[path]: subprocess.CompletedProcess([sys.executable, path, "--help"], code, out, err)
+                   for path, (code, out, err) in results.items()}
 
 
 @pytest.mark.parametrize("script", SCRIPT_NAMES)
