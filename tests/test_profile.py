@@ -4,6 +4,7 @@ clear error."""
 
 import gzip
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -142,15 +143,21 @@ def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path, monkeypa
     if default == 1:
         pytest.skip("one core: the thread count cannot tell the processes apart")
     before = torch.get_num_threads()
+    pools, real = [], multiprocessing.context.SpawnContext.Pool
+    monkeypatch.setattr(multiprocessing.context.SpawnContext, "Pool",
+                        lambda self, *a, **k: pools.append(real(self, *a, **k)) or pools[-1])
     torch.set_num_threads(1)
     try:
         case = ("attention", {"seq_len": 128, "d_head": 64, "backend": "sdpa", "causal": False, "dtype": "float32",
                               "device": "cpu"}, "forward")
-        counts = profiler.run_set_fresh([case], str(tmp_path), cycles=1, progress=False)
+        counts = profiler.run_set_fresh([case], str(tmp_path), cycles=1, progress=True)
     finally:
         torch.set_num_threads(before)
     assert counts == {"ok": 1}
     assert [r["threads"] for r in profiler.load(str(tmp_path))] == [default]
+    # its process ended on its own, not killed by the pool's exit while it cleaned up (which leaves the run's
+    # shutdown a warning of a leaked semaphore: the progress bar's lock)
+    assert [p.exitcode for p in pools[0]._pool] == [0]
 
 
 def _profiles(overheads, within):

@@ -381,5 +381,10 @@ def run_set_fresh(name: str | list[tuple[str, dict, str]], out: str, *, cycles: 
     regime whatever this process has done: a calibration at other thread counts sets torch's threads, and
     setting them slows small operators for the rest of the process."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(run_set, (name, out), {"cycles": cycles, "progress": progress})
+        counts = pool.apply(run_set, (name, out), {"cycles": cycles, "progress": progress})
+        # the worker ends on its own: the pool's exit terminates a worker still alive, and one killed while it
+        # cleans up leaves the run's shutdown warning of a leaked semaphore (tqdm's lock, unlinked, not unregistered)
+        pool.close()
+        pool.join()
+    return counts
 
