@@ -70,7 +70,7 @@ def _achieved(t: pd.DataFrame) -> pd.DataFrame:
     """The attention cases' achieved matmul FLOP/s at the run's typical speed (``reports.normalised``: each
     process's rate scaled by the control GEMM timed around it), where the run has controls; else as measured.
     The peak is calibrated at the run's start and end; a case's processes run minutes apart, and a shared host's
-    speed drifts between them: normalised, a fraction moves between runs by about half as much."""
+    speed drifts between them: normalised, a fraction moves between runs by about half as much (docs/MEASURED.md)."""
     rows = ok_rows(t, "attention", "achieved_flops_per_s_normalised")
     return rows if not rows.empty else ok_rows(t, "attention", "achieved_flops_per_s")
 
