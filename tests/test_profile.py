@@ -6,6 +6,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from run_helpers import in_process, quiet_machine
 
 from benchmarks import cases
 from benchmarks.core import opgraph
+from benchmarks.core.hardware import machine
 from benchmarks.core.profiling import profiler
 
 MODEL_CASES = [("models", {"model": m, "preset": "tiny", "seq_len": 6, "batch": 2, "device": "cpu"}, method)
@@ -50,10 +52,25 @@ def profile_in_a_fresh_process(out) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     with quiet_machine():  # its profiled and unprofiled calls are timed against each other
+        before, children = machine.cpu_counters(), _children_cpu_s()
         done = subprocess.run([sys.executable, "-m", "attention_bench", "profile", *MATH_CASE, "--out", str(out)],
                               cwd=root, capture_output=True, text=True, timeout=300, env=env)
+        after = machine.cpu_counters()
     assert done.returncode == 0, done.stderr[-2000:]
-    return {**profiler.load(str(out))[0], "stderr": done.stderr}
+    others = machine.others_cpu_share(before, after)  # the profile's own process is this test's, not another's
+    if others is not None:
+        others = max(0.0, others - (_children_cpu_s() - children) * os.sysconf("SC_CLK_TCK") / (after[1] - before[1]))
+    return {**profiler.load(str(out))[0], "stderr": done.stderr, "others_share": others}
+
+
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+#: the most of the cores other processes may use while a profile is taken for its timings to be held against each
+#: other: beyond it, a call is disturbed at random, and two of them can differ by a quarter whatever the profiler does
+QUIET_SHARE = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +85,25 @@ def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one
     assert r["components_total_s"] == pytest.approx(r["profiled_s"], rel=profiler.SUM_TOLERANCE)
     assert r["overhead"] == pytest.approx(r["profiled_s"] / r["unprofiled_s"] - 1)
     assert r["sum_within_tolerance"] == (abs(r["sum_over_unprofiled"] - 1) <= profiler.SUM_TOLERANCE)
-    # The parts add up to the unprofiled call. On a shared machine one profile's fastest calls can still
-    # be disturbed (0.75 was seen once after other tests), so up to three profiles are taken: a systematic
-    # error (time lost or counted twice by the grouping, an overhead not accounted for) misses in all three.
-    ratios = [r["sum_over_unprofiled"]]
-    while abs(ratios[-1] - 1) > profiler.SUM_TOLERANCE and len(ratios) < 3:
-        ratios.append(profile_in_a_fresh_process(tmp_path / str(len(ratios)))["sum_over_unprofiled"])
-    assert abs(ratios[-1] - 1) <= profiler.SUM_TOLERANCE, ratios
     shares = {c["component"]: c["share"] for c in r["components"]}
     assert sum(shares.values()) == pytest.approx(1.0)
     assert {"scores Q·Kᵀ", "softmax", "weights·V"} <= set(shares)
     assert r["flops_match_analytic"] and r["sequential_depth"] >= 3
+    # The parts add up to the unprofiled call: a timing held against a timing. Its 64 MiB score matrices fault in
+    # afresh on some calls and not on others, so one profile's fastest calls can still differ (idle, at one thread,
+    # five profiles here gave 0.90, 1.01, 1.19, 0.99 and 1.01), and up to five profiles are taken: a systematic error
+    # (time lost or counted twice by the grouping, an overhead not accounted for) misses in all of them. A profile
+    # taken while other processes used more than QUIET_SHARE of the cores (0.90, 1.25 and 0.81 beside two spinning
+    # processes) says nothing either way: with none taken on a quieter machine, the check is skipped and says why.
+    taken = [r]
+    while abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and len(taken) < 5:
+        taken.append(profile_in_a_fresh_process(tmp_path / str(len(taken))))
+    said = [(round(p["sum_over_unprofiled"], 3), p["others_share"] and round(p["others_share"], 2)) for p in taken]
+    if abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and all(
+            p["others_share"] is not None and p["others_share"] > QUIET_SHARE for p in taken):
+        pytest.skip(f"other processes used more than {QUIET_SHARE:.0%} of the cores during each profile (sum over "
+                    f"the unprofiled call, others' share: {said}): its timings cannot be held against each other")
+    assert abs(taken[-1]["sum_over_unprofiled"] - 1) <= profiler.SUM_TOLERANCE, said
 
 
 @pytest.mark.slow
