@@ -94,15 +94,18 @@ def test_components_partition_the_profiled_call_and_add_up_to_the_unprofiled_one
     # five profiles here gave 0.90, 1.01, 1.19, 0.99 and 1.01), and up to five profiles are taken: a systematic error
     # (time lost or counted twice by the grouping, an overhead not accounted for) misses in all of them. A profile
     # taken while other processes used more than QUIET_SHARE of the cores (0.90, 1.25 and 0.81 beside two spinning
-    # processes) says nothing either way: with none taken on a quieter machine, the check is skipped and says why.
+    # processes) says nothing either way: after two such in a row the tries stop (each holds the machine from the
+    # other tests), and where such a profile was among them, the check is skipped and says why.
     taken = [r]
-    while abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and len(taken) < 5:
+    busy = lambda p: p["others_share"] is not None and p["others_share"] > QUIET_SHARE  # noqa: E731
+    while (abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and len(taken) < 5
+           and not (len(taken) >= 2 and busy(taken[-1]) and busy(taken[-2]))):
         taken.append(profile_in_a_fresh_process(tmp_path / str(len(taken))))
     said = [(round(p["sum_over_unprofiled"], 3), p["others_share"] and round(p["others_share"], 2)) for p in taken]
-    if abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and all(
-            p["others_share"] is not None and p["others_share"] > QUIET_SHARE for p in taken):
-        pytest.skip(f"other processes used more than {QUIET_SHARE:.0%} of the cores during each profile (sum over "
-                    f"the unprofiled call, others' share: {said}): its timings cannot be held against each other")
+    if abs(taken[-1]["sum_over_unprofiled"] - 1) > profiler.SUM_TOLERANCE and any(busy(p) for p in taken):
+        pytest.skip(f"other processes used more than {QUIET_SHARE:.0%} of the cores during some of the profiles (sum "
+                    f"over the unprofiled call, others' share: {said}): their timings cannot be held against each "
+                    "other")
     assert abs(taken[-1]["sum_over_unprofiled"] - 1) <= profiler.SUM_TOLERANCE, said
 
 
