@@ -15,7 +15,7 @@ from benchmarks.core.timing import measure
 #: round: a single 10 ms control is itself noisy (18-166 GFLOP/s within one run on a 2-core VM), the drift it
 #: is meant to catch is slower than one case
 CONTROL_WINDOW = 15
-#: a round's time fields, scaled alike
+#: a round's time fields, scaled alike (a record's are the same, "time_" before each)
 _TIMES = ("median_s", "q25_s", "q75_s")
 
 
@@ -45,7 +45,7 @@ def records(kept: list[dict]) -> list[tuple[dict, dict]]:
                       if j in factors]
             norm = {**rec, **measure.combined(rounds)} if len(rounds) > 1 else None
         else:
-            norm = {**rec, **{f"time_{k}": rec[f"time_{k}"] * factors[0] for k in ("median_s", "q25_s", "q75_s")}}
+            norm = {**rec, **{f"time_{k}": rec[f"time_{k}"] * factors[0] for k in _TIMES}}
             norm["time_iqr_s"] = norm["time_q75_s"] - norm["time_q25_s"]
         if norm is not None:
             out.append((rec, norm))
