@@ -209,6 +209,7 @@ def test_a_grid_may_leave_a_method_of_a_case_out_and_the_runner_times_only_the_r
     params = {"model": "transformer", "preset": "paper-base", "seq_len": 128, "batch": 8, "device": "cpu"}
     default = runner.Runner(str(tmp_path / "default"), grid="default")
     assert default.methods("models", params) == [m for m in cases.METHODS["models"] if m != "train_step"]
-    assert "train_step" in default.methods("models", {**params, "seq_len": 64})
+    assert default.methods("models", {**params, "seq_len": 64}) == default.methods("models", params)
+    assert "train_step" in default.methods("models", {**params, "preset": "tiny"})
     assert runner.Runner(str(tmp_path / "full"), grid="full").methods("models", params) == list(cases.METHODS["models"])
     assert runner.Runner(str(tmp_path / "any")).methods("models", params) == list(cases.METHODS["models"])
