@@ -20,8 +20,9 @@ from . import options
 #: bytes a report (page, figures, CSV; about 4 MB of the default grid) and the profiles and their traces
 #: (about 2 MB) may take at most
 REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
-#: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles
-PAIRS_BUDGET_S = 45.0
+#: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles: the
+#: three sessions a ratio needs at least (``pairs.MIN_ROUNDS``) take about 45 s on two cores, so it buys no fourth
+PAIRS_BUDGET_S = 30.0
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
 
@@ -34,8 +35,8 @@ def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-profile", action="store_true", help="profile no case")
     p.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
                    help="seconds of paired rounds per device for the verdicts' ratios after the grid, after the "
-                   f"workers' first start and build (as attention-bench pairs --budget; default {PAIRS_BUDGET_S:g}, "
-                   "0: none)")
+                   f"workers' first start and build, three sessions at least (as attention-bench pairs --budget; default "
+                   f"{PAIRS_BUDGET_S:g}, 0: none)")
     p.add_argument("--no-report", action="store_true", help="measure only: the run folder holds the results, and "
                    "attention-bench report builds the report from it later")
 

@@ -18,7 +18,8 @@ the other pairs'). The pairs:
             small heads)
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
-Rounds go on until every interval is narrower than ±PRECISION or the budget is spent. Ctrl-C (exit code 130)
+Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
+(each in a fresh worker: a ratio is over three processes at least, whatever the budget). Ctrl-C (exit code 130)
 or a worker that dies or stops answering (2) still saves the ratios measured so far.
 """
 
@@ -99,7 +100,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     started, stopped = time.monotonic(), None
     try:
         rounds_of.start()
-        rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None)
+        rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None, fewest=MIN_ROUNDS)
     except (KeyboardInterrupt, WorkerDied) as error:  # the ratios so far are kept, and the stop is said
         stopped, rounds = error, rounds_of.measured_rounds()
     finally:

@@ -271,3 +271,23 @@ def test_a_budget_spent_before_two_rounds_still_gives_every_ratio_its_interval()
     rounds.start()
     measured = rounds.run(lambda e: False, budget=1e-9, min_rounds=18, max_rounds=100)  # spent at once: a busy box
     assert measured == mirrored.FEWEST_ROUNDS and rounds.estimates()[0].low > 0  # an interval, not (0, inf)
+
+
+def test_the_pairs_time_three_sessions_whatever_the_budget(tmp_path, monkeypatch):
+    class Counted(OneWorker):
+        started = 0
+
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def start(self, todo):
+            Counted.started += 1  # a session: the worker started afresh
+            return super().start(todo)
+
+    monkeypatch.setattr(pairs, "Worker", Counted)
+    record = tmp_path / "pairs.json"
+    assert attention_bench(["pairs", "--grid", "quick", "--kind", "c1", "--record", str(record), "--device", "cpu",
+                            "--budget", "0.000001", "--no-progress"]) == 0
+    saved = json.loads(record.read_text())
+    assert saved["rounds"] == pairs.MIN_ROUNDS == 3 and Counted.started == 3  # not the two a spent gate stops at
+    assert all(p["rounds"] == 3 and p["low"] <= p["ratio"] <= p["high"] for p in saved["pairs"])

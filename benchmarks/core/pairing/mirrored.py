@@ -325,9 +325,10 @@ class MirroredRounds:
         for worker in self.workers:
             worker.stop()
 
-    def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None, settled=None) -> int:
+    def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None, settled=None,
+            fewest: int = FEWEST_ROUNDS) -> int:
         """Rounds until ``done(estimates)`` (asked every other round from ``min_rounds`` on), the ``budget``
-        (seconds) is spent (after FEWEST_ROUNDS at least) or ``max_rounds`` are measured;
+        (seconds) is spent (after ``fewest`` rounds at least) or ``max_rounds`` are measured;
         ``progress(rounds, estimates, seconds)`` is told each time the estimates are made. With ``settled``
         (an estimate -> bool), a pair whose estimate it accepts from ``min_rounds`` on is left out of later
         rounds, so that the budget goes to the pairs still short of it. Returns the rounds measured."""
@@ -337,7 +338,7 @@ class MirroredRounds:
             self.round(r)
             r += 1
             # a ratio's interval needs two rounds: a budget spent before them (a busy machine) ends nothing
-            out_of_time = time.monotonic() - started > budget and r >= FEWEST_ROUNDS
+            out_of_time = time.monotonic() - started > budget and r >= fewest
             if not out_of_time and (r < min_rounds or r % 2):
                 continue  # the bootstrap costs a little: every other round is soon enough
             estimates = self.estimates()
