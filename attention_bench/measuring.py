@@ -35,8 +35,8 @@ def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-profile", action="store_true", help="profile no case")
     p.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
                    help="seconds of paired rounds per device for the verdicts' ratios after the grid, after the "
-                   f"workers' first start and build, three sessions at least (as attention-bench pairs --budget; default "
-                   f"{PAIRS_BUDGET_S:g}, 0: none)")
+                   "workers' first start and build, three sessions at least (as attention-bench pairs --budget; "
+                   f"default {PAIRS_BUDGET_S:g}, 0: none)")
     p.add_argument("--no-report", action="store_true", help="measure only: the run folder holds the results, and "
                    "attention-bench report builds the report from it later")
 

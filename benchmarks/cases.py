@@ -23,6 +23,7 @@ from .bench_layers import layer_flop_crossover, layer_flops
 from .bench_models import GENERATE_STEPS, model_config
 from .bench_multihead import SHAPE as MULTIHEAD_SHAPE
 from .bench_threads import workload
+from .ceiling import CEILING
 from .grids import GRID_NAMES, PARALLEL_GRIDS, PROFILE_SETS, active_grid, profile_set, restrict, thread_counts
 
 #: The areas, in the order runs and reports take them.
@@ -41,19 +42,24 @@ GRIDS: dict[str, dict[str, dict[str, list]]] = {g: {n: dict(a.axes[g]) for n, a 
 METHODS: dict[str, tuple[str, ...]] = {n: a.methods for n, a in AREAS.items()}
 
 __all__ = [
-    "AREAS", "DEPTH_BATCH", "GENERATE_STEPS", "GRIDS", "GRID_NAMES", "LAYER_BATCH", "LAYER_HEADS", "MAX_SEQ_LEN",
-    "METHODS", "MODES", "MULTIHEAD_SHAPE", "PARALLEL_GRIDS", "PROFILE_SETS", "TOKENS", "Area", "Prepared", "Skip",
+    "AREAS", "CEILINGS", "DEPTH_BATCH", "GENERATE_STEPS", "GRIDS", "GRID_NAMES", "LAYER_BATCH", "LAYER_HEADS",
+    "MAX_SEQ_LEN", "METHODS", "MODES", "MULTIHEAD_SHAPE", "PARALLEL_GRIDS", "PROFILE_SETS", "TOKENS", "Area",
+    "Prepared", "Skip",
     "active_grid", "area", "axes", "build", "combinations", "components", "layer_flop_crossover", "layer_flops",
     "method_on_grid", "model_config", "on_grid", "profile_set", "restrict", "select", "thread_counts", "tokens",
     "using_threads", "workload",
 ]
 
 
+#: cases built by name beside the areas' but in no grid: the GEMM that claim C2's fractions are over
+CEILINGS: dict[str, Area] = {CEILING.name: CEILING}
+
+
 def area(name: str) -> Area:
-    """The area called ``name``; ValueError naming it and the areas there are."""
-    if name not in AREAS:
+    """The area called ``name`` (or a ceiling: ``CEILINGS``); ValueError naming it and the areas there are."""
+    if name not in AREAS and name not in CEILINGS:
         raise ValueError(f"unknown area {name!r}; allowed: {', '.join(AREAS)}")
-    return AREAS[name]
+    return AREAS.get(name) or CEILINGS[name]
 
 
 def axes(name: str, grid: str | None = None) -> dict[str, list]:

@@ -16,6 +16,12 @@ the other pairs'). The pairs:
             time (the Transformer's speed-up; below 1, the RNN is faster)
     heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
             small heads)
+    c2      per backend, equation (1) at n = C2_SEQ_LENS against the calibration's largest GEMM: the GEMM's time
+            over attention's, times attention's matmul FLOPs over the GEMM's, is the fraction of the GEMM's rate
+            that attention reaches in the same moments (claim C2's figure, which a peak calibrated minutes
+            away from the cases moves with the host's speed); where the sessions ran attention in the two memory
+            states (``measure.memory_states``, from each block's page faults), the fraction is the faster
+            state's, and both are kept
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
@@ -34,10 +40,12 @@ import numpy as np
 import torch
 
 from . import cases
+from .ceiling import ceiling
 from .core import envelope, guards
 from .core.hardware import machine
-from .core.pairing.mirrored import Estimate, MirroredRounds, Side, Worker, WorkerDied
+from .core.pairing.mirrored import Estimate, MirroredRounds, Side, Worker, WorkerDied, estimate
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
+from .core.timing import measure as timing
 from .core.timing import rerun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +64,12 @@ KINDS = {
     "c1": ("models", "forward", "model", "transformer", "rnn-width",
            "Transformer speed-up (RNN time / Transformer time)"),
     "heads": ("multihead", "forward", "heads", 1, 64, "64 heads' cost over 1 head's (time h=64 / time h=1)"),
+    "c2": ("attention", "forward", None, "attention", "gemm",
+           "the GEMM's time over attention's (x their matmul FLOPs, attention's fraction of the GEMM's rate)"),
 }
+#: the sequence lengths C2's pairs time each backend at, those on the grid: where the two CPU backends reach their
+#: best fractions (the math backend at the shortest n, its n x n scores 17 MB; the fused kernel at long n)
+C2_SEQ_LENS = (128, 1024)
 
 
 def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, str], tuple[str, dict, str]]]:
@@ -65,6 +78,11 @@ def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, s
     area, method, axis, a, b, _ = KINDS[kind]
     if area not in cases.GRIDS[grid]:
         return []
+    if kind == "c2":
+        gemm = ("gemm", ceiling(device), method)
+        return [((area, params, method), gemm) for params in cases.select(area, grid, device=device)
+                if params["seq_len"] in C2_SEQ_LENS and not params["causal"] and params["dtype"] == "float32"
+                and params["d_head"] == min(cases.axes(area, grid)["d_head"])]
     out = []
     for params in cases.select(area, grid, device=device, **{axis: a}):
         other = {**params, axis: b}
@@ -86,8 +104,10 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     todo = list({key(c): c for _, pair in listed for c in pair}.values())
     index = {key(c): i for i, c in enumerate(todo)}
     worker = Worker("cases", ROOT, ROOT, env or {})
+    flops = {key(c): matmul_flops(c) for kind, pair in listed if kind == "c2" for c in pair}
     rounds_of = PairRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
                                             for _, (pa, pb) in listed], BLOCK_S, session_rounds=SESSION_ROUNDS)
+    rounds_of.kinds = [kind for kind, _ in listed]
 
     def narrow(estimates) -> bool:
         return all(e.high / e.low <= (1 + PRECISION) / (1 - PRECISION) for e in estimates if e is not None)
@@ -110,7 +130,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     rows = []
     for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates(), strict=True)):
         area, method, axis, a, b, meaning = KINDS[kind]
-        same = {k: v for k, v in pa[1].items() if k != axis}
+        same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
         row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
                "params": same, "a_case": key(pa), "b_case": key(pb)}
         if est is None:
@@ -121,27 +141,92 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
             times = rounds_of.times[p]
             row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
                        b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
-                       rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p])
+                       rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p],
+                       round_faults=rounds_of.faults[p])
+            if kind == "c2":
+                row.update(fraction_of_gemm(rounds_of, p, est, flops[key(pa)], flops[key(pb)]))
         rows.append(row)
     return rows, rounds, time.monotonic() - started, stopped, worker.regime
+
+
+def matmul_flops(case: tuple[str, dict, str]) -> int:
+    """The matmul FLOPs of one call of a case (built here once: the FLOP model reads its sizes)."""
+    area, params, method = case
+    return cases.build(area, params).work(method)[1].matmul_total
 
 
 class PairRounds(MirroredRounds):
     """The pairs' rounds; each ratio's interval is where a rerun's lands."""
 
+    #: each pair's kind (``KINDS``): an interval's prior is the typical variance of the pairs of its kind (C2's, a
+    #: GEMM of 100 ms a block beside attention in two memory states, move between sessions as C1's do not); unset:
+    #: one kind
+    kinds: list[str] | None = None
+
+    def session_means(self) -> list[np.ndarray]:
+        """Each pair's mean log ratio per session, in session order."""
+        logs = [(np.log(r), np.asarray(s)) for r, s in zip(self.ratios, self.sessions, strict=True)]
+        return [np.array([x[s == k].mean() for k in dict.fromkeys(s)]) for x, s in logs]
+
     def estimates(self) -> list[Estimate | None]:
         """Each pair's ratio (the trimmed mean of its rounds, ``mirrored.estimate``) with the interval where a
         rerun's lands (``rerun.half_width`` of its sessions' mean log ratios, moderated by the variance typical
-        of this run's pairs); a pair timed in one session keeps its rounds' bootstrap interval."""
-        logs = [(np.log(r), np.asarray(s)) for r, s in zip(self.ratios, self.sessions, strict=True)]
-        means = [np.array([x[s == k].mean() for k in dict.fromkeys(s)]) for x, s in logs]
-        prior = rerun.typical_variance([m for m in means if len(m) > 1])
-        out = []
-        for p, est in enumerate(super().estimates()):
-            width = math.nan if est is None or len(means[p]) < 2 else rerun.half_width(means[p], prior, of="mean")
-            out.append(est if math.isnan(width) else Estimate(est.ratio, *rerun.interval(est.ratio, width),
-                                                              est.rounds))
-        return out
+        of this run's pairs of its kind); a pair timed in one session keeps its rounds' bootstrap interval."""
+        return [est if est is None else self.widened(p, est, self.session_means()[p])
+                for p, est in enumerate(super().estimates())]
+
+    def widened(self, p: int, est: Estimate, means: np.ndarray, one: bool = False) -> Estimate:
+        """``est`` with the interval where a rerun's lands, from the session means ``means`` of pair ``p``'s
+        sessions it is over (moderated by the variance typical of this run's pairs); as it is from one session,
+        unless ``one`` (a part of a pair's sessions, which may be one: the typical variance alone then)."""
+        kinds = self.kinds or [None] * len(self.ratios)
+        prior = rerun.typical_variance([m for m, k in zip(self.session_means(), kinds, strict=True)
+                                        if len(m) > 1 and k == kinds[p]])
+        width = math.nan if len(means) < 2 and not (one and prior) else rerun.half_width(means, prior, of="mean")
+        return est if math.isnan(width) else Estimate(est.ratio, *rerun.interval(est.ratio, width), est.rounds)
+
+    def over_sessions(self, p: int, keep: list[int]) -> Estimate:
+        """Pair ``p``'s estimate over the rounds of sessions ``keep`` only, its interval as ``estimates`` draws it."""
+        rounds = [i for i, s in enumerate(self.sessions[p]) if s in keep]
+        est = estimate([self.ratios[p][i] for i in rounds], [self.sessions[p][i] for i in rounds])
+        order = list(dict.fromkeys(self.sessions[p]))
+        return self.widened(p, est, self.session_means()[p][[order.index(k) for k in dict.fromkeys(keep)]], one=True)
+
+
+def memory_state_sessions(rounds_of: PairRounds, p: int) -> tuple[list[int], list[dict] | None]:
+    """(the sessions of pair ``p`` that count, the two memory states or None): where its side a (attention)
+    faulted its intermediates in afresh on every call in some sessions and not in others (``measure.modes_of`` over
+    the sessions, ``measure.memory_states``), the sessions of the faster state count; otherwise all of them."""
+    order = list(dict.fromkeys(rounds_of.sessions[p]))
+    means = rounds_of.session_means()[p]
+    faults = []
+    for k in order:
+        counted = [f["a"] for f, s in zip(rounds_of.faults[p], rounds_of.sessions[p], strict=True)
+                   if s == k and f.get("a") is not None]
+        faults.append(float(np.median(counted)) if counted else None)
+    # a session as a round of one block: its level (a's time in units of b's) and its faults, no spread of its own
+    level = [{"median_s": math.exp(-m), "q25_s": math.exp(-m), "q75_s": math.exp(-m), "blocks": 1,
+              **({"faults_per_call": f} if f is not None else {})} for m, f in zip(means, faults, strict=True)]
+    modes = timing.modes_of(level)
+    if not timing.memory_states(modes):
+        return order, None
+    fast = sorted(range(len(order)), key=lambda i: level[i]["median_s"])[: modes[0]["processes"]]
+    return [order[i] for i in sorted(fast)], modes
+
+
+def fraction_of_gemm(rounds_of: PairRounds, p: int, est: Estimate, flops_a: int, flops_b: int) -> dict:
+    """A c2 pair's fraction of the GEMM's rate (the ratio, GEMM time over attention time, times attention's
+    matmul FLOPs over the GEMM's), with its interval, over the sessions of attention's faster memory state where
+    it ran in two (``memory_state_sessions``; both states kept, each with its fraction and sessions)."""
+    keep, modes = memory_state_sessions(rounds_of, p)
+    scale = flops_a / flops_b
+    counted = est if modes is None else rounds_of.over_sessions(p, keep)
+    out = {"flops_a": flops_a, "flops_b": flops_b, "fraction": counted.ratio * scale,
+           "fraction_low": counted.low * scale, "fraction_high": counted.high * scale, "fraction_sessions": keep}
+    if modes is not None:
+        out["modes"] = [{"fraction": scale / m["time_s"], "sessions": m["processes"],
+                         "faults_per_call": m.get("faults_per_call")} for m in modes]
+    return out
 
 
 def label(row: dict) -> str:
@@ -157,8 +242,18 @@ def show(rows: list[dict]) -> str:
             lines.append(f"{label(r)[:52]:<52} skipped: {r['reason']}")
             continue
         lines.append(f"{label(r)[:52]:<52} {r['a_s'] * 1e3:>8.2f}ms {r['b_s'] * 1e3:>8.2f}ms {r['ratio']:>7.3f} "
-                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['rounds']}")
+                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['rounds']}" + fraction_said(r))
     return "\n".join(lines)
+
+
+def fraction_said(row: dict) -> str:
+    """'  (55% of the GEMM's rate, 50-60%)' for a c2 pair, with both memory states where it ran in two; else ''."""
+    if "fraction" not in row:
+        return ""
+    states = "; ".join(f"{m['sessions']} session{'s' * (m['sessions'] != 1)} at {m['fraction']:.0%}"
+                       for m in row.get("modes") or [])
+    return (f"  ({row['fraction']:.0%} of the GEMM's rate, {row['fraction_low']:.0%}-{row['fraction_high']:.0%}"
+            + (f"; two memory states: {states}" if states else "") + ")")
 
 
 def kept_pairs(record: str, kinds: list[str], grid: str, device: str) -> list[dict]:

@@ -221,8 +221,11 @@ def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[s
         if p["status"] != "ok":
             lines.append(f"| {p['meaning']} | {case} | | | | skipped: {p['reason']} | |")
             continue
-        lines.append(f"| {p['meaning']} | {case} | {p['axis']} {p['a']}: {p['a_s'] * 1e3:.1f} ms | "
-                     f"{p['axis']} {p['b']}: {p['b_s'] * 1e3:.1f} ms | {p['ratio']:.3f} | "
+        a, b = (f"{p['axis']} {v}" if p.get("axis") else str(v) for v in (p["a"], p["b"]))  # c2: no axis
+        fraction = (f" ({p['fraction']:.0%} of the GEMM's rate, {p['fraction_low']:.0%}-{p['fraction_high']:.0%})"
+                    if "fraction" in p else "")
+        lines.append(f"| {p['meaning']} | {case} | {a}: {p['a_s'] * 1e3:.1f} ms | "
+                     f"{b}: {p['b_s'] * 1e3:.1f} ms | {p['ratio']:.3f}{fraction} | "
                      f"{p['low']:.3f}-{p['high']:.3f} | {p['rounds']} |")
     return lines
 

@@ -90,8 +90,8 @@ def _short_busy_check_and_controls():
 def main_job(tmp_path_factory):
     """The main job as the README runs it (three processes per case, profiles, the paired ratios, the report) on
     the quick grid's CPU cases, once per test session: (run folder, report folder, exit code, stdout). Its pairs
-    get 3 s instead of 45 (a pair's record and its row in the page need no more), a case in two modes one more
-    process instead of two, and the calibration a 128 GEMM."""
+    get 3 s instead of 30 (the three sessions they take whatever the budget: a pair's record and its row in the
+    page need no more), a case in two modes one more process instead of two, and the calibration a 128 GEMM."""
     from attention_bench.cli import main
     from benchmarks.core.running import runner
 

@@ -143,3 +143,14 @@ def test_a_counts_interval_holds_a_reruns_count_about_as_often_as_it_says(n, p):
     assert inside >= 0.93
     assert rerun.count_interval(n, n)[0] < n and rerun.count_interval(0, n)[1] > 0  # all or none still varies
     assert all(0 <= lo <= c <= hi <= n for c in range(n + 1) for lo, hi in [rerun.count_interval(c, n)])
+
+
+def test_a_pairs_prior_is_the_typical_variance_of_its_own_kind():
+    steady = [[[3.0], [3.02], [2.98]]] * 4  # C1's pairs: sessions within 1%
+    swinging = [[[0.5], [0.25], [0.45]]] * 4  # C2's: a GEMM's blocks beside attention in two memory states
+    mixed = _pair_rounds([*steady, *swinging])
+    alone = mixed.estimates()[0]
+    mixed.kinds = ["c1"] * 4 + ["c2"] * 4
+    kept = mixed.estimates()
+    assert kept[0].high / kept[0].low < alone.high / alone.low  # C2's swings no longer widen C1's intervals
+    assert kept[4].high / kept[4].low > kept[0].high / kept[0].low

@@ -300,7 +300,8 @@ def case_problem(path: str, record: dict) -> str | None:
 
 def pairs_problem(record: dict) -> str | None:
     """Why a paired-ratios record (``benchmarks.pairs``, kind ``pairs``) cannot be right, or None: each
-    measured pair has positive times and a positive finite ratio inside its interval."""
+    measured pair has positive times and a positive finite ratio inside its interval (and a c2 pair's fraction of
+    the GEMM's rate inside its own)."""
     if record.get("kind") != "pairs" or not isinstance(record.get("pairs"), list):
         return f"kind {record.get('kind')!r} with no list of pairs, not a pairs record"
     for p in record["pairs"]:
@@ -311,6 +312,11 @@ def pairs_problem(record: dict) -> str | None:
                 and p["low"] <= p["ratio"] <= p["high"]):
             return (f"pair {p['kind']} {p['params']}: ratio {p.get('ratio')!r} outside its interval "
                     f"{p.get('low')!r}-{p.get('high')!r}, or a time not above 0")
+        if p.get("status") == "ok" and "fraction" in p and not (
+                all(positive(p.get(f)) for f in ("fraction", "fraction_low", "fraction_high"))
+                and p["fraction_low"] <= p["fraction"] <= p["fraction_high"]):
+            return (f"pair {p['kind']} {p['params']}: fraction {p.get('fraction')!r} outside its interval "
+                    f"{p.get('fraction_low')!r}-{p.get('fraction_high')!r}, or not above 0")
     return None
 
 

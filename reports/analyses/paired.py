@@ -1,9 +1,9 @@
-"""C1 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks in one process.
+"""C1, C2 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks in one process.
 
 A ratio of two separate timings moves with the machine's speed between them; ``benchmarks.pairs`` times
-the Transformer and the RNN (and 1 against 64 heads) in the same moments, with the 95% interval where a
-rerun's ratio lands, from fresh processes (sessions). This analysis reads its records (``pairs-<device>.json``
-in the run folder).
+the Transformer and the RNN (1 against 64 heads; equation (1) against the GEMM) in the same moments, with the 95%
+interval where a rerun's ratio lands, from fresh processes (sessions). This analysis reads its records
+(``pairs-<device>.json`` in the run folder).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 
 import pandas as pd
 
+from benchmarks.ceiling import ceiling
 from benchmarks.core.timing import rerun
 from transformer import PRESETS
 
@@ -37,9 +38,34 @@ def table(records: list[dict]) -> pd.DataFrame:
     rows = [{"kind": p["kind"], "device": r.get("device", "cpu"), "case": _case(p["params"]), "ratio": p["ratio"],
              "low": p["low"], "high": p["high"], "rounds": p["rounds"], "a_s": p["a_s"], "b_s": p["b_s"],
              "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
-             "strategy": p["params"].get("strategy")}
+             "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
+             **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes"))}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
     return pd.DataFrame(rows)
+
+
+#: a c2 pair's fraction of the GEMM's rate, with its interval
+FRACTION = ("fraction", "fraction_low", "fraction_high")
+
+
+def _states(modes: list[dict] | None) -> str | None:
+    """'2 of 3 sessions; the other at 24%' for a c2 pair whose sessions ran attention in two memory states."""
+    if not modes:
+        return None
+    fast, slow = modes
+    total = fast["sessions"] + slow["sessions"]
+    return (f"its faster memory state, {fast['sessions']} of {total} sessions; the "
+            f"{'other was' if slow['sessions'] == 1 else 'others were'} at {slow['fraction']:.0%}")
+
+
+def _c2_phrase(row) -> str:
+    return (f"{row.backend} n = {int(row.seq_len)} {row.fraction:.0%} ({_percents(row.fraction_low, row.fraction_high)}"
+            + (f"; {row.states}" if isinstance(row.states, str) else "") + ")")
+
+
+def _percents(low: float, high: float) -> str:
+    """'45-53%'."""
+    return f"{low:.0%}-{high:.0%}".replace("%-", "-")
 
 
 def _c1_phrase(row) -> str:
@@ -52,11 +78,11 @@ def _c1_phrase(row) -> str:
 
 def analyse(records: list[dict]) -> Analysis:
     """C1 (Transformer against RNN per size and length) and C3 (64 heads against 1) from paired ratios."""
-    a = Analysis("paired", "The verdicts' ratios, timed paired in the same moments", "C1/C3", "")
+    a = Analysis("paired", "The verdicts' ratios, timed paired in the same moments", "C1/C2/C3", "")
     t = table(records)
     if t.empty:
         return a.without("no paired ratios", MISSING)
-    shown = t.drop(columns=["preset", "seq_len", "strategy"]).set_index(["kind", "device", "case"])
+    shown = t.drop(columns=["preset", "seq_len", "strategy", "backend"]).set_index(["kind", "device", "case"])
     a.tables["paired_ratios"] = shown
     a.units["paired_ratios"] = ("b/a with its 95% interval (low-high), rounds, and each side's median time (s); "
                                 "c1: RNN time / Transformer time (above 1: the Transformer is faster); heads: "
@@ -72,6 +98,15 @@ def analyse(records: list[dict]) -> Analysis:
                       f"{lead.preset} n = {int(lead.seq_len)}")
         for r in c1.itertuples():
             a.numbers[f"c1_{r.preset}_n{int(r.seq_len)}_{r.device}"] = r.ratio
+    c2 = t[t.kind == "c2"].sort_values(["device", "backend", "seq_len"])
+    if not c2.empty:
+        parts.append("C2, equation (1)'s matmul FLOP/s as a fraction of the GEMM's timed beside it (GEMM time over "
+                     "attention time, times their FLOPs): " + "; ".join(_c2_phrase(r) for r in c2.itertuples()))
+        for r in c2.itertuples():
+            a.numbers[f"c2_{r.backend}_n{int(r.seq_len)}_{r.device}"] = r.fraction
+        best = c2.loc[c2.groupby(["device", "backend"]).fraction.idxmax()]
+        answer.append("equation (1) at " + ", ".join(f"{r.fraction:.0%} ({r.backend})" for r in best.itertuples())
+                      + " of the GEMM's rate")
     heads = t[t.kind == "heads"]
     if not heads.empty:
         parts.append("C3, 64 heads of d_model/64 against 1 head of d_model at equal FLOPs: "
@@ -121,15 +156,16 @@ def _agree(paired: tuple[float, float, float], grid: tuple[float, float, float] 
     return paired[1] <= value <= paired[2]
 
 
-def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict]) -> None:
-    """One answer per ratio: where a ratio was timed paired, the C1 and C3/C4 answers give the paired figure
+def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict], c2: Analysis | None = None
+              ) -> None:
+    """One answer per ratio: where a ratio was timed paired, the C1, C2 and C3/C4 answers give the paired figure
     with its 95% interval in place of the grid's, and say so where the grid's figure disagrees with it
     (``_agree``: further apart than the two intervals allow, or its value outside where it has none); the
     paired row then gives no figure of its own, only how many of its ratios the grid agrees with."""
     t = table(records)
     if t.empty:
         return
-    checked, disagree = 0, []
+    checked, disagree = _reconcile_c2(c2, t) if c2 is not None else (0, [])
     factors = c1.tables.get("factors", pd.DataFrame())
     c1_pairs = t[t.kind == "c1"]
     if not factors.empty and not c1_pairs.empty:
@@ -189,6 +225,46 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
         heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "
                         f"yet h = {hi} takes " + ", ".join(parts) + f" the time of h = {lo}.")
     if checked:
-        paired.answer = (f"The paired ratios stand in the C1 and C3/C4 rows, with their 95% intervals; the grid's "
+        paired.answer = (f"The paired ratios stand in the C1, C2 and C3/C4 rows, with their 95% intervals; the grid's "
                          f"own timings agree within them for {checked - len(disagree)} of {checked}"
                          + (f" (not for {', '.join(disagree)})" if disagree else "") + ".")
+
+
+def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
+    """C2's answer from its paired fractions: per device and backend the best over the n timed paired, with its
+    interval, in place of the grid's best fraction of the calibrated peak (a peak calibrated minutes away from
+    the cases, at the host's speed of that moment), and where the grid's best disagrees with it (``_agree``),
+    said so. Returns (figures checked, those that disagree)."""
+    pairs = t[(t.kind == "c2") & t.fraction.notna()]
+    if pairs.empty:
+        return 0, []
+    checked, disagree, phrases = 0, [], {}
+    for (device, backend), g in pairs.groupby(["device", "backend"]):
+        grid_key = f"best_fraction_{device}_{backend}"
+        if grid_key not in c2.numbers:
+            continue
+        q = g.loc[g.fraction.idxmax()]
+        key = f"paired_{grid_key}"
+        c2.numbers[key] = q.fraction
+        c2.quoted = [key if k == grid_key else k for k in c2.quoted if k != f"gemm_peak_{device}"]
+        shown = c2.interval(key, q.fraction_low, q.fraction_high)
+        phrase = (f"{backend} {q.fraction:.0%} at n = {int(q.seq_len)} (paired, 95% {_percents(*shown)}"
+                  + (f"; {q.states}" if isinstance(q.states, str) else "") + ")")
+        value = c2.numbers[grid_key]
+        low, high = c2.intervals.get(grid_key, (value, value))
+        checked += 1
+        if not _agree((q.fraction, q.fraction_low, q.fraction_high),
+                      (value, low, high) if grid_key in c2.intervals else None, value):
+            disagree.append(f"C2 {backend}" + ("" if pairs.device.nunique() == 1 else f" ({device})"))
+            phrase += (f", but the grid gave {value:.0%}" + (f" ({_percents(low, high)})" if grid_key in c2.intervals
+                                                            else "") + " of the calibrated peak, apart from it")
+        phrases.setdefault(device, []).append(phrase)
+    if phrases:
+        c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}) on {device}: "
+                             + ", ".join(p) + "." for device, p in phrases.items())
+    return checked, disagree
+
+
+def _gemm(device: str) -> str:
+    """'the 2048² GEMM': the GEMM the pairs hold a device's attention to."""
+    return f"the {ceiling(device)['size']}² GEMM"

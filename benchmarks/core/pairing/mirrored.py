@@ -242,6 +242,8 @@ class MirroredRounds:
         self.ratios: list[list[float]] = [[] for _ in pairs]
         self.sessions: list[list[int]] = [[] for _ in pairs]  # each round's set of worker processes
         self.times: list[dict[str, list[float]]] = [{"a": [], "b": []} for _ in pairs]
+        # each round's minor page faults per call of each side, over its blocks (None where a worker does not say)
+        self.faults: list[list[dict[str, float | None]]] = [[] for _ in pairs]
         self.calls: list[int] = []
         self.skipped: dict[int, str] = {}
         self.settled: set[int] = set()  # pairs timed enough: left out of later rounds (``run``'s ``settled``)
@@ -296,16 +298,18 @@ class MirroredRounds:
             if p in self.skipped or p in self.settled:
                 continue
             first, second = ("a", "b") if r % 2 == 0 else ("b", "a")
-            got = {"a": [], "b": []}
+            got, faults = {"a": [], "b": []}, {"a": [], "b": []}
             for name in (first, second, second, first):
                 side = a if name == "a" else b
                 if self.handover_s and side.worker is not self._last:
                     time.sleep(self.handover_s)  # the other worker's threads stop spinning and sleep
                 self._last = side.worker
-                got[name].append(side.worker.ask({"case": side.case, "calls": self.calls[p]},
-                                                 self.block_timeout())["seconds"])
+                answer = side.worker.ask({"case": side.case, "calls": self.calls[p]}, self.block_timeout())
+                got[name].append(answer["seconds"])
+                faults[name].append(answer.get("faults"))
             self.ratios[p].append(round_ratio(got["a"], got["b"]))
             self.sessions[p].append(r // self.session_rounds)
+            self.faults[p].append({k: None if None in f else sum(f) / len(f) for k, f in faults.items()})
             for name in got:
                 self.times[p][name].extend(got[name])
 

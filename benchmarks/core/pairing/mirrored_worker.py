@@ -7,12 +7,14 @@ It reads one JSON request per line on stdin and answers one JSON line on stdout:
 params, method], ...]}`` builds each case from seed 0 (``{"errors": [...], "regime": ...}``, None for a case
 built; the threads and runtime settings it runs in, ``records.regime``);
 ``{"probe": i}`` times one call of case i after a warm-up one (``{"seconds": s}``); ``{"case": i, "calls":
-n}`` times n calls at the case's thread count (``{"seconds": s}``, per call), and ``{"warm": i, "calls": n}``
+n}`` times n calls at the case's thread count (``{"seconds": s, "faults": f}``, per call: the minor page faults
+that the process took, which tell a memory state: ``measure.memory_states``), and ``{"warm": i, "calls": n}``
 makes them to warm the case; ``{"quit": true}`` ends it.
 """
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -71,11 +73,13 @@ def handle(request: dict, built: list, cases, torch) -> dict:
             fn()
             sync()
         calls = request.get("calls", 1)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         sync()
-        return {"seconds": (time.perf_counter() - start) / calls}
+        seconds = (time.perf_counter() - start) / calls
+        return {"seconds": seconds, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,170 @@
+"""Claim C2 timed paired (benchmarks.pairs, kind c2): equation (1) against the GEMM in the same moments, the
+fraction of the GEMM's rate, the faster memory state where the sessions ran attention in two, and C2's answer."""
+
+from __future__ import annotations
+
+import json
+import mmap
+
+import pytest
+import torch
+
+from attention_bench.cli import main as attention_bench
+from benchmarks import cases, pairs
+from benchmarks.ceiling import ceiling
+from benchmarks.core import records
+from benchmarks.core.hardware import machine
+from benchmarks.core.pairing import mirrored_worker
+from benchmarks.core.timing import measure
+from reports.analyses.base import Analysis
+from reports.analyses.paired import analyse, reconcile
+
+
+def test_c2_pairs_each_backend_at_its_lengths_with_the_calibrations_largest_gemm():
+    got = pairs.pairs_of("c2", "default", "cpu")
+    assert sorted((a["backend"], a["seq_len"]) for (_, a, _), _ in got) == [
+        ("math", 128), ("math", 1024), ("sdpa", 128), ("sdpa", 1024)]
+    for (area, a, method), gemm in got:
+        assert area == "attention" and method == "forward" and not a["causal"] and a["dtype"] == "float32"
+        assert gemm == ("gemm", {"size": machine.GEMM_SIZES["cpu"][-1], "dtype": "float32", "device": "cpu"}, "forward")
+    assert {a["seq_len"] for (_, a, _), _ in pairs.pairs_of("c2", "quick", "cpu")} == {128}  # those on the grid
+
+
+def test_the_gemm_case_is_the_calibrations_matmul_with_its_flops():
+    case = cases.build("gemm", {"size": 64, "dtype": "float32", "device": "cpu"})
+    fn, flops, _ = case.work("forward")
+    assert flops.matmul_total == 2 * 64**3 and fn().shape == (64, 64)
+    size = machine.GEMM_SIZES["cpu"][-1]  # the tests' calibration is a small one (run_helpers.quick_measuring)
+    assert pairs.matmul_flops(("gemm", ceiling("cpu"), "forward")) == 2 * size**3
+    with pytest.raises(ValueError, match="unknown area 'gem'; allowed: attention"):
+        cases.area("gem")
+    assert "gemm" not in cases.GRIDS["default"]  # a case to pair with, not an area the grid times
+
+
+def test_the_worker_says_the_page_faults_per_call_of_a_block():
+    def fresh_pages():  # 1024 pages of a new mapping, each written: faulted in on every call
+        with mmap.mmap(-1, 1024 * mmap.PAGESIZE) as m:
+            for page in range(1024):
+                m[page * mmap.PAGESIZE] = 1
+
+    answer = mirrored_worker.handle({"case": 0, "calls": 3}, [(fresh_pages, None, "cpu")], cases, torch)
+    assert answer["seconds"] > 0 and answer["faults"] >= 1024
+    assert mirrored_worker.handle({"case": 0, "calls": 3}, [(lambda: None, None, "cpu")], cases, torch)["faults"] < 100
+
+
+class Sessions(pairs.PairRounds):
+    """A c2 pair's rounds as ``pairs.run`` leaves them: each session's ratios (GEMM time over attention time) and
+    side a's page faults per call."""
+
+    def __init__(self, per_session: list[tuple[list[float], float]]):
+        self.ratios = [[r for rs, _ in per_session for r in rs]]
+        self.sessions = [[k for k, (rs, _) in enumerate(per_session) for _ in rs]]
+        self.faults = [[{"a": f, "b": 0.0} for rs, f in per_session for _ in rs]]
+        self.skipped, self.settled = {}, set()
+
+
+def test_the_fraction_is_the_ratio_times_the_flops_and_the_faster_memory_state_counts_where_there_are_two():
+    flops_a, flops_b = 10**9, 4 * 10**9  # attention does a quarter of the GEMM's work
+    steady = Sessions([([2.0, 2.1], 0.0), ([1.9, 2.0], 0.0), ([2.0, 2.05], 0.0)])
+    est = steady.estimates()[0]
+    got = pairs.fraction_of_gemm(steady, 0, est, flops_a, flops_b)
+    assert got["fraction"] == pytest.approx(est.ratio / 4) and "modes" not in got
+    assert got["fraction_low"] == pytest.approx(est.low / 4) and got["fraction_sessions"] == [0, 1, 2]
+    # session 1 faulted its scores in afresh on every call (the slower memory state): half the rate
+    split = Sessions([([2.0, 2.1], 10.0), ([1.0, 1.05], 12000.0), ([2.05, 2.0], 0.0)])
+    got = pairs.fraction_of_gemm(split, 0, split.estimates()[0], flops_a, flops_b)
+    assert got["fraction_sessions"] == [0, 2] and got["fraction"] == pytest.approx(2.04 / 4, rel=0.02)
+    fast, slow = got["modes"]
+    assert (fast["sessions"], slow["sessions"]) == (2, 1) and slow["fraction"] == pytest.approx(1.025 / 4, rel=0.02)
+    assert got["fraction_low"] <= got["fraction"] <= got["fraction_high"]
+    # the same two levels without a fault split are not two memory states: every session counts
+    noise = Sessions([([2.0, 2.1], 10.0), ([1.0, 1.05], 20.0), ([2.05, 2.0], 0.0)])
+    assert pairs.fraction_of_gemm(noise, 0, noise.estimates()[0], flops_a, flops_b)["fraction_sessions"] == [0, 1, 2]
+    assert measure.STATE_PAGES < 12000
+
+
+def c2_pair(backend: str, n: int, fraction: float, low: float, high: float, **more) -> dict:
+    return {"kind": "c2", "status": "ok", "params": {"seq_len": n, "d_head": 64, "backend": backend, "causal": False,
+                                                      "dtype": "float32", "device": "cpu"},
+            "ratio": 1.0, "low": 0.9, "high": 1.1, "rounds": 3, "a_s": 0.01, "b_s": 0.01, "fraction": fraction,
+            "fraction_low": low, "fraction_high": high, **more}
+
+
+def test_c2s_answer_is_the_best_paired_fraction_with_the_grids_checked_against_it():
+    c2 = Analysis("c2_roofline", "C2", "C2", "", answer="grid's",
+                  numbers={"gemm_peak_cpu": 1.9e11, "best_fraction_cpu_math": 0.47, "best_fraction_cpu_sdpa": 0.60})
+    c2.intervals = {"best_fraction_cpu_math": (0.40, 0.55), "best_fraction_cpu_sdpa": (0.55, 0.66)}
+    c2.quoted = ["gemm_peak_cpu", "best_fraction_cpu_math", "best_fraction_cpu_sdpa"]
+    c1, heads = Analysis("c1_length", "C1", "C1", ""), Analysis("c3_heads", "C3", "C3/C4", "")
+    paired = Analysis("paired", "P", "C1/C2/C3", "", answer="paired's")
+    states = [{"fraction": 0.49, "sessions": 2, "faults_per_call": 3.0},
+              {"fraction": 0.24, "sessions": 1, "faults_per_call": 12000.0}]
+    pairs_ = [c2_pair("math", 128, 0.49, 0.45, 0.53, modes=states), c2_pair("math", 1024, 0.30, 0.28, 0.32),
+              c2_pair("sdpa", 128, 0.55, 0.5, 0.6), c2_pair("sdpa", 1024, 0.88, 0.84, 0.92)]
+    reconcile(c1, heads, paired, [{"device": "cpu", "pairs": pairs_}], c2)
+    size = machine.GEMM_SIZES["cpu"][-1]
+    assert c2.answer.startswith(f"Best fraction of the GEMM's rate timed beside it (the {size}² GEMM) on cpu: "
+                                "math 49% at n = 128 (paired, 95% 45-53%; its faster memory state, 2 of 3 sessions; "
+                                "the other was at 24%), sdpa 88% at n = 1024 (paired, 95% 84-92%), but the grid gave "
+                                "60% (55-66%) of the calibrated peak, apart from it.")
+    assert c2.quoted == ["paired_best_fraction_cpu_math", "paired_best_fraction_cpu_sdpa"]
+    assert c2.numbers["paired_best_fraction_cpu_sdpa"] == 0.88
+    assert paired.answer.endswith("agree within them for 1 of 2 (not for C2 sdpa).")
+    alone = analyse([{"device": "cpu", "pairs": pairs_}])
+    assert "math n = 128 49% (45-53%; its faster memory state" in alone.verdict
+    assert alone.numbers["c2_sdpa_n1024_cpu"] == 0.88 and "88% (sdpa)" in alone.answer
+
+
+def test_a_fraction_outside_its_interval_is_not_a_pairs_record():
+    bad = {"kind": "pairs", "pairs": [c2_pair("math", 128, 0.6, 0.45, 0.53)]}
+    assert "fraction 0.6 outside its interval 0.45-0.53" in records.pairs_problem(bad)
+    assert records.pairs_problem({"kind": "pairs", "pairs": [c2_pair("math", 128, 0.5, 0.45, 0.53)]}) is None
+
+
+def test_the_pairs_command_records_c2s_fractions(tmp_path, monkeypatch):
+    class Worker:  # attention at a quarter of the GEMM's time; the GEMM's faults none
+        label, regime = "cases", {"threads": 1, "env": {}}
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self, todo):
+            self.todo = todo
+            return [None] * len(todo)
+
+        def ask(self, request, timeout=None):
+            area = self.todo[mirrored_worker.case_of(request)][0]
+            return {"seconds": 0.004 if area == "gemm" else 0.001, "faults": 0.0}
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(pairs, "Worker", Worker)
+    record = tmp_path / "pairs.json"
+    assert attention_bench(["pairs", "--grid", "quick", "--kind", "c2", "--record", str(record), "--device", "cpu",
+                            "--budget", "0.000001", "--no-progress"]) == 0
+    saved = json.loads(record.read_text())
+    assert records.pairs_problem(saved) is None and len(saved["pairs"]) == 2
+    for p in saved["pairs"]:
+        scale = p["flops_a"] / p["flops_b"]
+        assert p["ratio"] == pytest.approx(4.0) and p["fraction"] == pytest.approx(4.0 * scale)
+        assert p["flops_b"] == 2 * machine.GEMM_SIZES["cpu"][-1] ** 3 and p["round_faults"][0] == {"a": 0.0, "b": 0.0}
+    assert [p["params"]["backend"] for p in saved["pairs"]] == ["math", "sdpa"]
+
+
+def test_the_docs_render_a_c2_pair_with_its_fraction():
+    from reports import measured
+
+    saved = {"kind": "pairs", "generated": "2026-12-07T03:00:00+00:00", "commit": "abc", "threads": 2, "rounds": 3,
+             "elapsed_s": 40.0, "machine": {"cpu_model": "AMD EPYC", "cpu_count": 2, "torch": "2.13.0+cpu"},
+             "pairs": [{**c2_pair("sdpa", 1024, 0.88, 0.84, 0.92), "meaning": pairs.KINDS["c2"][-1], "axis": None,
+                        "a": "attention", "b": "gemm"}]}
+    block = measured.markdown(saved, "pairs.json")
+    assert "| attention: 10.0 ms | gemm: 10.0 ms | 1.000 (88% of the GEMM's rate, 84%-92%) |" in block
+
+
+def test_a_faster_state_of_one_session_gets_the_interval_of_the_runs_typical_variance():
+    one = Sessions([([2.0], 10.0), ([1.0], 12000.0), ([1.05], 11000.0)])
+    got = pairs.fraction_of_gemm(one, 0, one.estimates()[0], 1, 4)
+    assert got["fraction_sessions"] == [0] and got["fraction"] == pytest.approx(0.5)
+    assert 0 < got["fraction_low"] < 0.5 < got["fraction_high"] < 10  # not the (0, inf) of one round's bootstrap
