@@ -68,7 +68,7 @@ def test_the_main_job_times_each_round_in_a_fresh_process(main_job, tmp_path, fa
     shutil.copytree(run, copy)
     plan = runner.plan("quick", devices=["cpu"])
     started = []
-    again = runner.Runner(copy, min_run_time=0.01, rounds=3, fresh=True, name="box")
+    again = runner.Runner(copy, min_run_time=0.01, rounds=3, fresh=True, name="box", grid="quick")  # as the command
     again.round_in_process = lambda *args: started.append(args)
     assert again.run(plan, progress=False)["resumed"] == len(plan) and started == []
 

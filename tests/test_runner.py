@@ -213,3 +213,10 @@ def test_a_grid_may_leave_a_method_of_a_case_out_and_the_runner_times_only_the_r
     assert "train_step" in default.methods("models", {**params, "preset": "tiny"})
     assert runner.Runner(str(tmp_path / "full"), grid="full").methods("models", params) == list(cases.METHODS["models"])
     assert runner.Runner(str(tmp_path / "any")).methods("models", params) == list(cases.METHODS["models"])
+
+
+def test_the_quick_grid_times_the_heads_forward_pass_only(tmp_path):
+    params = {"heads": 8, "strategy": "batched", "out_proj": True, "device": "cpu"}
+    assert runner.Runner(str(tmp_path / "quick"), grid="quick").methods("multihead", params) == ["forward"]
+    assert runner.Runner(str(tmp_path / "default"), grid="default").methods("multihead", params) == [
+        "forward", "train_step"]
