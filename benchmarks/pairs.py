@@ -172,16 +172,23 @@ class PairRounds(MirroredRounds):
         """Each pair's ratio (the trimmed mean of its rounds, ``mirrored.estimate``) with the interval where a
         rerun's lands (``rerun.half_width`` of its sessions' mean log ratios, moderated by the variance typical
         of this run's pairs of its kind); a pair timed in one session keeps its rounds' bootstrap interval."""
-        return [est if est is None else self.widened(p, est, self.session_means()[p])
+        means = self.session_means()
+        priors = self.priors(means)
+        return [est if est is None else self.widened(est, means[p], priors[p])
                 for p, est in enumerate(super().estimates())]
 
-    def widened(self, p: int, est: Estimate, means: np.ndarray, one: bool = False) -> Estimate:
-        """``est`` with the interval where a rerun's lands, from the session means ``means`` of pair ``p``'s
-        sessions it is over (moderated by the variance typical of this run's pairs); as it is from one session,
-        unless ``one`` (a part of a pair's sessions, which may be one: the typical variance alone then)."""
-        kinds = self.kinds or [None] * len(self.ratios)
-        prior = rerun.typical_variance([m for m, k in zip(self.session_means(), kinds, strict=True)
-                                        if len(m) > 1 and k == kinds[p]])
+    def priors(self, means: list[np.ndarray]) -> list[float | None]:
+        """Each pair's prior: the variance typical of this run's pairs of its kind, from their session means."""
+        kinds = self.kinds or [None] * len(means)
+        typical = {k: rerun.typical_variance([m for m, j in zip(means, kinds, strict=True) if len(m) > 1 and j == k])
+                   for k in set(kinds)}
+        return [typical[k] for k in kinds]
+
+    @staticmethod
+    def widened(est: Estimate, means: np.ndarray, prior: float | None, one: bool = False) -> Estimate:
+        """``est`` with the interval where a rerun's lands, from the session means ``means`` it is over, moderated
+        by ``prior``; as it is from one session, unless ``one`` (a part of a pair's sessions, which may be one:
+        the prior alone then)."""
         width = math.nan if len(means) < 2 and not (one and prior) else rerun.half_width(means, prior, of="mean")
         return est if math.isnan(width) else Estimate(est.ratio, *rerun.interval(est.ratio, width), est.rounds)
 
@@ -190,7 +197,9 @@ class PairRounds(MirroredRounds):
         rounds = [i for i, s in enumerate(self.sessions[p]) if s in keep]
         est = estimate([self.ratios[p][i] for i in rounds], [self.sessions[p][i] for i in rounds])
         order = list(dict.fromkeys(self.sessions[p]))
-        return self.widened(p, est, self.session_means()[p][[order.index(k) for k in dict.fromkeys(keep)]], one=True)
+        means = self.session_means()
+        return self.widened(est, means[p][[order.index(k) for k in dict.fromkeys(keep)]], self.priors(means)[p],
+                            one=True)
 
 
 def memory_state_sessions(rounds_of: PairRounds, p: int) -> tuple[list[int], list[dict] | None]:
