@@ -19,9 +19,10 @@ the other pairs'). The pairs:
     c2      per backend, equation (1) at n = C2_SEQ_LENS against the calibration's largest GEMM: the GEMM's time
             over attention's, times attention's matmul FLOPs over the GEMM's, is the fraction of the GEMM's rate
             that attention reaches in the same moments (claim C2's figure, which a peak calibrated minutes
-            away from the cases moves with the host's speed); where the sessions ran attention in the two memory
-            states (``measure.memory_states``, from each block's page faults), the fraction is the faster
-            state's, and both are kept
+            away from the cases moves with the host's speed), in a worker of its own with glibc's allocator
+            fixed (``KIND_ENV``); where the sessions still ran attention in the two memory states
+            (``measure.memory_states``, from each block's page faults), the fraction is the faster state's,
+            and both are kept
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
@@ -43,7 +44,16 @@ from . import cases
 from .ceiling import ceiling
 from .core import envelope, guards
 from .core.hardware import machine
-from .core.pairing.mirrored import Estimate, MirroredRounds, Side, Worker, WorkerDied, estimate
+from .core.pairing.mirrored import (
+    FIXED_ALLOCATOR,
+    HANDOVER_S,
+    Estimate,
+    MirroredRounds,
+    Side,
+    Worker,
+    WorkerDied,
+    estimate,
+)
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
 from .core.timing import measure as timing
 from .core.timing import rerun
@@ -67,6 +77,12 @@ KINDS = {
     "c2": ("attention", "forward", None, "attention", "gemm",
            "the GEMM's time over attention's (x their matmul FLOPs, attention's fraction of the GEMM's rate)"),
 }
+#: what a kind's worker runs with beyond the command's regime (a named condition, shown with its figures): C2 is a
+#: kernel's rate against the GEMM's, so its attention runs with glibc's allocator fixed; with the default allocator
+#: the math backend's 17 MB scores come from fresh pages on some calls and not on others, a state that turns
+#: with what else the process allocated (12 or 26 ms at n = 128 on the VM: 0 or 8,000-12,000 faults a call),
+#: and the grid's curves show that cost with both states
+KIND_ENV = {"c2": FIXED_ALLOCATOR}
 #: the sequence lengths C2's pairs time each backend at, those on the grid: where the two CPU backends reach their
 #: best fractions (the math backend at the shortest n, its n x n scores 17 MB; the fused kernel at long n)
 C2_SEQ_LENS = (128, 1024)
@@ -99,14 +115,23 @@ def key(case: tuple[str, dict, str]) -> str:
 
 def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None):
     """Measure every pair of ``kinds``: (rows, rounds, seconds, what stopped it early: None, a
-    KeyboardInterrupt or a WorkerDied, the regime the worker ran in)."""
+    KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with settings of its
+    own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its worker's."""
     listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
-    todo = list({key(c): c for _, pair in listed for c in pair}.values())
-    index = {key(c): i for i, c in enumerate(todo)}
-    worker = Worker("cases", ROOT, ROOT, env or {})
+    envs = {kind: {**(env or {}), **KIND_ENV.get(kind, {})} for kind in kinds}
+    workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
+    worker_of: dict[str, str] = {}
+    for kind in dict.fromkeys(kind for kind, _ in listed):
+        worker_of[kind] = next((w for w in workers if envs[w] == envs[kind]), kind)
+        workers.setdefault(worker_of[kind], Worker(worker_of[kind], ROOT, ROOT, envs[kind]))
+    todo = {w: list({key(c): c for kind, pair in listed if worker_of[kind] == w for c in pair}.values())
+            for w in workers}
+    index = {w: {key(c): i for i, c in enumerate(cs)} for w, cs in todo.items()}
     flops = {key(c): matmul_flops(c) for kind, pair in listed if kind == "c2" for c in pair}
-    rounds_of = PairRounds([worker], todo, [(Side(worker, index[key(pa)]), Side(worker, index[key(pb)]))
-                                            for _, (pa, pb) in listed], BLOCK_S, session_rounds=SESSION_ROUNDS)
+    sides = [tuple(Side(workers[worker_of[kind]], index[worker_of[kind]][key(c)]) for c in pair)
+             for kind, pair in listed]
+    rounds_of = PairRounds(list(workers.values()), todo, sides, BLOCK_S, handover_s=HANDOVER_S,
+                           session_rounds=SESSION_ROUNDS)
     rounds_of.kinds = [kind for kind, _ in listed]
 
     def narrow(estimates) -> bool:
@@ -132,7 +157,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
         area, method, axis, a, b, meaning = KINDS[kind]
         same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
         row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
-               "params": same, "a_case": key(pa), "b_case": key(pb)}
+               "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": envs[kind]}
         if est is None:
             row.update(status="skipped", reason=rounds_of.skipped[p])
         elif len(rounds_of.ratios[p]) < 2:
@@ -146,7 +171,8 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
             if kind == "c2":
                 row.update(fraction_of_gemm(rounds_of, p, est, flops[key(pa)], flops[key(pb)]))
         rows.append(row)
-    return rows, rounds, time.monotonic() - started, stopped, worker.regime
+    plain = next((workers[w] for w in workers if envs[w] == (env or {})), next(iter(workers.values()), None))
+    return rows, rounds, time.monotonic() - started, stopped, plain.regime if plain else None
 
 
 def matmul_flops(case: tuple[str, dict, str]) -> int:

@@ -27,7 +27,8 @@ CLAIMS = (
                 "the more efficient: analysing many words at once pays.",
           "Vaswani et al. 2017, section 3.2.1 (dot-product attention is fast with optimised matmul code)",
           "achieved matmul FLOP/s of equation (1) against sequence length, as a fraction of the machine's own "
-          "measured GEMM peak; each backend's best fraction of the GEMM's rate timed beside it, paired",
+          "measured GEMM peak; each backend's best fraction of the GEMM's rate timed beside it, paired, with glibc's "
+          "allocator fixed (the kernels' own rates; the grid's curves carry the default allocator's page faults)",
           ("c2_roofline",)),
     Claim("C3", "The h heads are independent, so they parallelise trivially; concatenation is free when each head "
                 "writes at its offset.",

@@ -41,10 +41,10 @@ def test_heads_pairs_one_head_with_64_per_strategy_with_the_output_projection():
 class OneWorker:
     """Stands in for a worker process holding every case: logs which case each block times."""
 
-    label, regime = "cases", {"threads": 1, "env": {}}
+    regime = {"threads": 1, "env": {}}
 
-    def __init__(self):
-        self.blocks = []
+    def __init__(self, label="cases", *args, **kwargs):  # as benchmarks.pairs makes one: a label, then its folders
+        self.label, self.blocks = label, []
 
     def start(self, todo):
         return [None] * len(todo)
@@ -169,7 +169,7 @@ def test_a_pairs_record_that_is_not_right_is_named_and_left_out(tmp_path, capsys
 def test_ctrl_c_keeps_the_ratios_measured_so_far_in_the_record_exit_130(tmp_path, monkeypatch, capsys):
     class Interrupted(OneWorker):
         def __init__(self, *args, **kwargs):
-            super().__init__()
+            super().__init__(*args)
 
         def ask(self, request, timeout=None):
             if "case" in request and len(self.blocks) >= 4 * 2 * len(pairs.pairs_of("c1", "quick", "cpu")):
@@ -278,7 +278,7 @@ def test_the_pairs_time_three_sessions_whatever_the_budget(tmp_path, monkeypatch
         started = 0
 
         def __init__(self, *args, **kwargs):
-            super().__init__()
+            super().__init__(*args)
 
         def start(self, todo):
             Counted.started += 1  # a session: the worker started afresh

@@ -14,7 +14,7 @@ from benchmarks import cases, pairs
 from benchmarks.ceiling import ceiling
 from benchmarks.core import records
 from benchmarks.core.hardware import machine
-from benchmarks.core.pairing import mirrored_worker
+from benchmarks.core.pairing import mirrored, mirrored_worker
 from benchmarks.core.timing import measure
 from reports.analyses.base import Analysis
 from reports.analyses.paired import analyse, reconcile
@@ -123,10 +123,10 @@ def test_a_fraction_outside_its_interval_is_not_a_pairs_record():
 
 def test_the_pairs_command_records_c2s_fractions(tmp_path, monkeypatch):
     class Worker:  # attention at a quarter of the GEMM's time; the GEMM's faults none
-        label, regime = "cases", {"threads": 1, "env": {}}
+        regime = {"threads": 1, "env": {}}
 
-        def __init__(self, *args, **kwargs):
-            pass
+        def __init__(self, label, *args, **kwargs):
+            self.label = label
 
         def start(self, todo):
             self.todo = todo
@@ -168,3 +168,55 @@ def test_a_faster_state_of_one_session_gets_the_interval_of_the_runs_typical_var
     got = pairs.fraction_of_gemm(one, 0, one.estimates()[0], 1, 4)
     assert got["fraction_sessions"] == [0] and got["fraction"] == pytest.approx(0.5)
     assert 0 < got["fraction_low"] < 0.5 < got["fraction_high"] < 10  # not the (0, inf) of one round's bootstrap
+
+
+def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_others_in_the_plain_regime(
+        tmp_path, monkeypatch):
+    made = {}
+
+    class Worker:  # every block 1 ms; records what each worker was started with and which cases it built
+        def __init__(self, label, models, suite, env):
+            self.label, self.env, self.regime = label, env, {"threads": 1, "env": dict(env)}
+            made[label] = self
+
+        def start(self, todo):
+            self.areas = {area for area, _, _ in todo}
+            return [None] * len(todo)
+
+        def ask(self, request, timeout=None):
+            return {"seconds": 0.001, "faults": 0.0}
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(pairs, "Worker", Worker)
+    record = tmp_path / "pairs.json"
+    args = ["pairs", "--grid", "quick", "--kind", "c1", "--kind", "c2", "--record", str(record), "--device", "cpu",
+            "--budget", "0.000001", "--no-progress"]
+    assert attention_bench(args) == 0
+    assert made["c1"].env == {} and made["c1"].areas == {"models"}
+    assert made["c2"].env == mirrored.FIXED_ALLOCATOR and made["c2"].areas == {"attention", "gemm"}
+    saved = json.loads(record.read_text())
+    assert saved["regime"] == {"threads": 1, "env": {}} and saved["worker_env"] == {}  # the plain worker's
+    assert {p["kind"]: p["worker_env"] for p in saved["pairs"]} == {"c1": {}, "c2": mirrored.FIXED_ALLOCATOR}
+    said = analyse([saved]).conditions
+    assert f"the c2 pairs' worker with glibc's allocator fixed (MALLOC_MMAP_THRESHOLD_={2**32}" in said
+    made.clear()  # with --fixed-allocator every kind runs with it: one worker
+    assert attention_bench([*args, "--fixed-allocator"]) == 0
+    assert list(made) == ["c1"] and made["c1"].env == mirrored.FIXED_ALLOCATOR
+
+
+def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_figure_beside_unchecked():
+    c2 = Analysis("c2_roofline", "C2", "C2", "", answer="grid's", numbers={"best_fraction_cpu_math": 0.30})
+    c2.intervals, c2.quoted = {"best_fraction_cpu_math": (0.28, 0.32)}, ["best_fraction_cpu_math"]
+    fixed = {"worker_env": mirrored.FIXED_ALLOCATOR}
+    paired = Analysis("paired", "P", "C1/C2/C3", "", answer="paired's")
+    reconcile(Analysis("c1_length", "C1", "C1", ""), Analysis("c3_heads", "C3", "C3/C4", ""), paired,
+              [{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}], c2)
+    size = machine.GEMM_SIZES["cpu"][-1]
+    assert c2.answer == (f"Best fraction of the GEMM's rate timed beside it (the {size}² GEMM, with glibc's allocator "
+                         "fixed) on cpu: math 65% at n = 1024 (paired, 95% 60-70%); the grid, with the default "
+                         "allocator, 30% (28-32%) of the calibrated peak.")
+    assert c2.quoted == ["paired_best_fraction_cpu_math"] and paired.answer == "paired's"  # a figure of another
+    alone = analyse([{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}])  # regime
+    assert "times their FLOPs, with glibc's allocator fixed): math n = 1024 65% (60-70%)" in alone.verdict

@@ -14,6 +14,7 @@ import re
 import pandas as pd
 
 from benchmarks.ceiling import ceiling
+from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR
 from benchmarks.core.timing import rerun
 from transformer import PRESETS
 
@@ -39,13 +40,22 @@ def table(records: list[dict]) -> pd.DataFrame:
              "low": p["low"], "high": p["high"], "rounds": p["rounds"], "a_s": p["a_s"], "b_s": p["b_s"],
              "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
              "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
-             **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes"))}
+             **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes")),
+             "settings": _settings(p.get("worker_env"), r.get("worker_env"))}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
     return pd.DataFrame(rows)
 
 
 #: a c2 pair's fraction of the GEMM's rate, with its interval
 FRACTION = ("fraction", "fraction_low", "fraction_high")
+
+
+def _settings(mine: dict | None, record: dict | None) -> str | None:
+    """What a pair's worker ran with beyond its record's worker ('glibc's allocator fixed'), or None."""
+    extra = {k: v for k, v in (mine or {}).items() if (record or {}).get(k) != v}
+    if not extra:
+        return None
+    return "glibc's allocator fixed" if extra == FIXED_ALLOCATOR else _env(extra)
 
 
 def _states(modes: list[dict] | None) -> str | None:
@@ -101,7 +111,8 @@ def analyse(records: list[dict]) -> Analysis:
     c2 = t[t.kind == "c2"].sort_values(["device", "backend", "seq_len"])
     if not c2.empty:
         parts.append("C2, equation (1)'s matmul FLOP/s as a fraction of the GEMM's timed beside it (GEMM time over "
-                     "attention time, times their FLOPs): " + "; ".join(_c2_phrase(r) for r in c2.itertuples()))
+                     f"attention time, times their FLOPs{_with(c2)}): "
+                     + "; ".join(_c2_phrase(r) for r in c2.itertuples()))
         for r in c2.itertuples():
             a.numbers[f"c2_{r.backend}_n{int(r.seq_len)}_{r.device}"] = r.fraction
         best = c2.loc[c2.groupby(["device", "backend"]).fraction.idxmax()]
@@ -145,6 +156,10 @@ def regime_said(records: list[dict]) -> str:
         else:
             said.append(f"worker in another regime than the grid's: {_env(mine.get('env'))}, {mine.get('threads')} "
                         f"threads, against {_env(grid.get('env'))}, {grid.get('threads')} threads")
+        for kind in dict.fromkeys(p["kind"] for p in r.get("pairs", []) if _settings(p.get("worker_env"),
+                                                                                     r.get("worker_env"))):
+            env = next(p["worker_env"] for p in r["pairs"] if p["kind"] == kind)
+            said.append(f"the {kind} pairs' worker with {_settings(env, r.get('worker_env'))} ({_env(env)})")
     return "; ".join(dict.fromkeys(said))
 
 
@@ -234,7 +249,8 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
     """C2's answer from its paired fractions: per device and backend the best over the n timed paired, with its
     interval, in place of the grid's best fraction of the calibrated peak (a peak calibrated minutes away from
     the cases, at the host's speed of that moment), and where the grid's best disagrees with it (``_agree``),
-    said so. Returns (figures checked, those that disagree)."""
+    said so; where the pairs ran with settings of their own (``benchmarks.pairs.KIND_ENV``), the grid's figure is
+    given beside, unchecked: a figure of another regime. Returns (figures checked, those that disagree)."""
     pairs = t[(t.kind == "c2") & t.fraction.notna()]
     if pairs.empty:
         return 0, []
@@ -252,17 +268,26 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
                   + (f"; {q.states}" if isinstance(q.states, str) else "") + ")")
         value = c2.numbers[grid_key]
         low, high = c2.intervals.get(grid_key, (value, value))
-        checked += 1
-        if not _agree((q.fraction, q.fraction_low, q.fraction_high),
-                      (value, low, high) if grid_key in c2.intervals else None, value):
-            disagree.append(f"C2 {backend}" + ("" if pairs.device.nunique() == 1 else f" ({device})"))
-            phrase += (f", but the grid gave {value:.0%}" + (f" ({_percents(low, high)})" if grid_key in c2.intervals
-                                                            else "") + " of the calibrated peak, apart from it")
+        grid = f"{value:.0%}" + (f" ({_percents(low, high)})" if grid_key in c2.intervals else "")
+        if isinstance(q.settings, str):  # timed in another regime than the grid: two figures, each with its own
+            phrase += f"; the grid, with the default allocator, {grid} of the calibrated peak"
+        else:
+            checked += 1
+            if not _agree((q.fraction, q.fraction_low, q.fraction_high),
+                          (value, low, high) if grid_key in c2.intervals else None, value):
+                disagree.append(f"C2 {backend}" + ("" if pairs.device.nunique() == 1 else f" ({device})"))
+                phrase += f", but the grid gave {grid} of the calibrated peak, apart from it"
         phrases.setdefault(device, []).append(phrase)
     if phrases:
-        c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}) on {device}: "
-                             + ", ".join(p) + "." for device, p in phrases.items())
+        c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}{_with(pairs)}) on "
+                             f"{device}: " + ", ".join(p) + "." for device, p in phrases.items())
     return checked, disagree
+
+
+def _with(rows: pd.DataFrame) -> str:
+    """', with glibc's allocator fixed' where every row's worker ran with that beyond its record's; else ''."""
+    said = set(rows.settings)
+    return f", with {said.pop()}" if len(said) == 1 and None not in said else ""
 
 
 def _gemm(device: str) -> str:

@@ -59,11 +59,13 @@ IDLE_PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: just finished stops spinning: libgomp's threads, waiting in the default policy, spin for a while (about
 #: 300,000 pause instructions) before they sleep, on the cores the other worker is about to be timed on
 HANDOVER_S = 0.02
-#: glibc's allocator fixed: every allocation from the heap, none given back (the gate's workers; see above).
-#: Not for a verdict's ratio: the grid times its cases with the default allocator, whose page faults on
-#: large tensors are part of their cost (64 heads' 134 MB of scores: half of their time on the VM)
+#: glibc's allocator fixed: every allocation from the heap, none given back (the gate's workers; see above; and
+#: C2's pairs, a kernel's rate). Not for C1's or C3's ratios: the grid times its cases with the default allocator,
+#: whose page faults on large tensors are part of their cost (64 heads' 134 MB of scores: half of their time here)
 FIXED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
 VERDICTS = ("slower", "faster", "unchanged", "inconclusive")
+#: a case as the workers build it: (area, params, method)
+Case = tuple[str, dict, str]
 
 
 def round_ratio(a: list[float], b: list[float]) -> float:
@@ -221,20 +223,21 @@ class Side:
     case: int
 
     @property
-    def key(self) -> tuple[str, int]:
-        return self.worker.label, self.case
+    def key(self) -> tuple[int, int]:
+        return id(self.worker), self.case
 
 
 class MirroredRounds:
     """Pairs of sides timed in mirrored blocks over rounds, each pair's per-round ratio (b over a).
 
-    ``workers`` each build every case of ``todo``; a pair's two sides may be one case in two workers (the
-    gate: base against head) or two cases in one worker (a verdict's ratio: the RNN against the
+    ``workers`` each build every case of ``todo`` (or, where it is a dict, the cases it lists for the worker's
+    label: workers in different regimes, each with its own cases); a pair's two sides may be one case in two
+    workers (the gate: base against head) or two cases in one worker (a verdict's ratio: the RNN against the
     Transformer). Every ``session_rounds`` rounds the workers start afresh (the one started first alternates),
     and each side is warmed before it is timed again; a pair's blocks last about ``block_s`` (at least one
     call), sized once from its slower side."""
 
-    def __init__(self, workers: list[Worker], todo: list[tuple[str, dict, str]], pairs: list[tuple[Side, Side]],
+    def __init__(self, workers: list[Worker], todo: list[Case] | dict[str, list[Case]], pairs: list[tuple[Side, Side]],
                  block_s: float, handover_s: float = 0.0, session_rounds: int = SESSION_ROUNDS):
         self.workers, self.todo, self.pairs, self.block_s = workers, todo, pairs, block_s
         self.session_rounds = session_rounds  # rounds per pair of worker processes
@@ -262,9 +265,10 @@ class MirroredRounds:
             worker.stop()
         failed = {}
         for worker in order:
-            for i, error in enumerate(worker.start(self.todo)):
+            todo = self.todo[worker.label] if isinstance(self.todo, dict) else self.todo
+            for i, error in enumerate(worker.start(todo)):
                 if error:
-                    failed[worker.label, i] = f"{worker.label}: {error}"
+                    failed[id(worker), i] = f"{worker.label}: {error}"
         for p, (a, b) in enumerate(self.pairs):
             for side in (a, b):
                 if side.key in failed:
