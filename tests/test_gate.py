@@ -56,7 +56,7 @@ def test_too_few_rounds_are_inconclusive_never_a_verdict():
 class FakeWorker:
     """Stands in for a worker process: logs what it is asked, answers 10 ms a call."""
 
-    regime = {"threads": 1, "env": {}}
+    regime, settle = {"threads": 1, "env": {}}, 0
 
     def __init__(self, label: str, log: list):
         self.label, self.log = label, log

@@ -41,7 +41,7 @@ def test_heads_pairs_one_head_with_64_per_strategy_with_the_output_projection():
 class OneWorker:
     """Stands in for a worker process holding every case: logs which case each block times."""
 
-    regime = {"threads": 1, "env": {}}
+    regime, settle = {"threads": 1, "env": {}}, 0
 
     def __init__(self, label="cases", *args, **kwargs):  # as benchmarks.pairs makes one: a label, then its folders
         self.label, self.blocks = label, []

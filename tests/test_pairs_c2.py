@@ -123,7 +123,7 @@ def test_a_fraction_outside_its_interval_is_not_a_pairs_record():
 
 def test_the_pairs_command_records_c2s_fractions(tmp_path, monkeypatch):
     class Worker:  # attention at a quarter of the GEMM's time; the GEMM's faults none
-        regime = {"threads": 1, "env": {}}
+        regime, settle = {"threads": 1, "env": {}}, 0
 
         def __init__(self, label, *args, **kwargs):
             self.label = label
@@ -175,8 +175,9 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
     made = {}
 
     class Worker:  # every block 1 ms; records what each worker was started with and which cases it built
-        def __init__(self, label, models, suite, env):
-            self.label, self.env, self.regime = label, env, {"threads": 1, "env": dict(env)}
+        def __init__(self, label, models, suite, env, settle=0):
+            self.label, self.env, self.settle, self.regime = label, env, settle, {"threads": 1, "env": dict(env)}
+            self.warmed = []
             made[label] = self
 
         def start(self, todo):
@@ -184,6 +185,8 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
             return [None] * len(todo)
 
         def ask(self, request, timeout=None):
+            if "probe" in request or "warm" in request:
+                self.warmed.append(request.get("settle"))
             return {"seconds": 0.001, "faults": 0.0}
 
         def stop(self):
@@ -196,6 +199,7 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
     assert attention_bench(args) == 0
     assert made["c1"].env == {} and made["c1"].areas == {"models"}
     assert made["c2"].env == mirrored.FIXED_ALLOCATOR and made["c2"].areas == {"attention", "gemm"}
+    assert set(made["c1"].warmed) == {None} and set(made["c2"].warmed) == {pairs.SETTLE_CALLS}  # its heap grown
     saved = json.loads(record.read_text())
     assert saved["regime"] == {"threads": 1, "env": {}} and saved["worker_env"] == {}  # the plain worker's
     assert {p["kind"]: p["worker_env"] for p in saved["pairs"]} == {"c1": {}, "c2": mirrored.FIXED_ALLOCATOR}
@@ -220,3 +224,26 @@ def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_f
     assert c2.quoted == ["paired_best_fraction_cpu_math"] and paired.answer == "paired's"  # a figure of another
     alone = analyse([{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}])  # regime
     assert "times their FLOPs, with glibc's allocator fixed): math n = 1024 65% (60-70%)" in alone.verdict
+
+
+def test_a_settled_warm_up_calls_until_a_call_faults_no_pages_in_and_no_further():
+    calls = []
+
+    def growing():  # faults 1024 fresh pages in on each of its first three calls, then none
+        calls.append(1)
+        if len(calls) <= 3:
+            with mmap.mmap(-1, 1024 * mmap.PAGESIZE) as m:
+                for page in range(1024):
+                    m[page * mmap.PAGESIZE] = 1
+
+    built = [(growing, None, "cpu")]
+    mirrored_worker.handle({"warm": 0, "calls": 1, "settle": 8}, built, cases, torch)
+    assert len(calls) == 1 + 3  # the warm call, then two more that fault and the one that does not
+    mirrored_worker.handle({"warm": 0, "calls": 2, "settle": 8}, built, cases, torch)
+    assert len(calls) == 6  # settled: the asked calls only
+    calls.clear()
+    mirrored_worker.handle({"probe": 0, "settle": 2}, built, cases, torch)
+    assert len(calls) == 2 + 1  # two warm-ups at most, then the timed call
+    calls.clear()
+    mirrored_worker.handle({"warm": 0, "calls": 1}, built, cases, torch)
+    assert len(calls) == 1  # no settle asked: the calls asked

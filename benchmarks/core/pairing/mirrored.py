@@ -154,6 +154,7 @@ class Worker:
     models: str
     suite: str
     env: dict = field(default_factory=dict)  # more environment, beyond this process's
+    settle: int = 0  # calls a warm-up may add while a call still faults pages in (``mirrored_worker.settle``)
     regime: dict | None = None  # threads and runtime settings the worker runs in (records.regime, its own)
     proc: subprocess.Popen | None = None
     log: object = None
@@ -213,6 +214,11 @@ class Worker:
         if self.log is not None:
             self.log.close()
         self.proc = self.log = self._root = None
+
+
+def _settle(worker: Worker) -> dict:
+    """What a warm-up request adds for ``worker``: ``settle`` where it asks for it."""
+    return {"settle": worker.settle} if worker.settle else {}
 
 
 @dataclass(frozen=True)
@@ -281,7 +287,8 @@ class MirroredRounds:
             if p not in self.skipped:
                 for side in pair:
                     if side.key not in probed:
-                        probed[side.key] = side.worker.ask({"probe": side.case}, self.block_timeout())["seconds"]
+                        probed[side.key] = side.worker.ask({"probe": side.case, **_settle(side.worker)},
+                                                           self.block_timeout())["seconds"]
         self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
                       for p, (a, b) in enumerate(self.pairs)]
 
@@ -292,7 +299,7 @@ class MirroredRounds:
                 for side in pair:
                     calls[side.key] = side, max(calls.get(side.key, (side, 0))[1], min(WARM_CALLS, self.calls[p]))
         for side, n in calls.values():
-            side.worker.ask({"warm": side.case, "calls": n}, self.block_timeout())
+            side.worker.ask({"warm": side.case, "calls": n, **_settle(side.worker)}, self.block_timeout())
 
     def round(self, r: int) -> None:
         """One round over every pair: a b b a on even rounds, b a a b on odd ones."""

@@ -9,7 +9,9 @@ built; the threads and runtime settings it runs in, ``records.regime``);
 ``{"probe": i}`` times one call of case i after a warm-up one (``{"seconds": s}``); ``{"case": i, "calls":
 n}`` times n calls at the case's thread count (``{"seconds": s, "faults": f}``, per call: the minor page faults
 that the process took, which tell a memory state: ``measure.memory_states``), and ``{"warm": i, "calls": n}``
-makes them to warm the case; ``{"quit": true}`` ends it.
+makes them to warm the case; with ``"settle": k``, a probe's warm-up and a warm-up go on, k calls at most, until
+a call faults in at most SETTLED_PAGES pages (an allocator that gives nothing back: its heap grown to what the
+case needs); ``{"quit": true}`` ends it.
 """
 
 import json
@@ -18,6 +20,8 @@ import resource
 import sys
 import time
 
+#: a call that faults in at most this many pages leaves the heap as it found it: a settled warm-up
+SETTLED_PAGES = 64
 #: set in a worker's environment, it calls torch.set_num_threads with the count torch already has, once
 SET_THREADS = "ATTENTION_BENCH_SET_THREADS"
 
@@ -70,8 +74,7 @@ def handle(request: dict, built: list, cases, torch) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with cases.using_threads(threads):
         if "probe" in request:
-            fn()
-            sync()
+            settle(fn, sync, request.get("settle", 1))
         calls = request.get("calls", 1)
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
@@ -79,7 +82,20 @@ def handle(request: dict, built: list, cases, torch) -> dict:
             fn()
         sync()
         seconds = (time.perf_counter() - start) / calls
-        return {"seconds": seconds, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls}
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls
+        if "warm" in request and request.get("settle") and faults > SETTLED_PAGES:
+            settle(fn, sync, request["settle"])
+        return {"seconds": seconds, "faults": faults}
+
+
+def settle(fn, sync, most: int) -> None:
+    """Calls ``fn`` until one faults in at most SETTLED_PAGES pages, ``most`` calls at most (one at least)."""
+    for _ in range(max(1, most)):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        fn()
+        sync()
+        if resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before <= SETTLED_PAGES:
+            return
 
 
 if __name__ == "__main__":
