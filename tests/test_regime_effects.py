@@ -12,8 +12,8 @@ from scripts import regime_effects
 class FakeWorker:
     """A worker whose calls take ``seconds`` (the setting's worker: ``slower`` times that)."""
 
-    def __init__(self, label, models, suite, env):
-        self.label, self.env = label, env
+    def __init__(self, label, models, suite, env, settle=0):
+        self.label, self.env, self.settle = label, env, settle
         self.regime = {"threads": 1, "env": env}
 
     def start(self, todo):
