@@ -153,15 +153,23 @@ def _predicted_rows(rec: dict, base: dict, constants: perfmodel.Constants | None
     """A timed record's prediction (``perfmodel.predict`` over the operators it executed, with the run's
     constants at its device, dtype and threads): ``predicted_time`` and its three terms, each row with the
     call's ``bound``, and the bytes its operators read and write (``bytes_moved``: the roofline's
-    intensity); none without the operators or the constants."""
+    intensity); none without the operators or the constants. Where the case and the constants both timed the
+    control GEMM, the prediction is at the case's speed (``predicted_speed``: its control over the constants',
+    each term divided by it): a shared host that ran slower while the case was timed than while the constants
+    were would otherwise show as the model's error."""
     if constants is None or rec["status"] != "ok" or "time_median_s" not in rec or not rec.get("ops"):
         return []
     p = perfmodel.predict([perfmodel.Priced(**op) for op in rec["ops"]], constants, rec.get("dispatches"))
+    speed = (rec["control_flops_per_s"] / constants.control_flops_per_s
+             if rec.get("control_flops_per_s") and constants.control_flops_per_s else None)
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": "ok",
               "reason": None, "bound": p.bound, "threads": rec.get("threads"),
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
-    values = {"predicted_time": p.time_s, "predicted_compute": p.compute_s, "predicted_memory": p.memory_s,
-              "predicted_overhead": p.overhead_s, "bytes_moved": sum(op["bytes"] * op["count"] for op in rec["ops"])}
+    at = 1 / (speed or 1.0)
+    values = {"predicted_time": p.time_s * at, "predicted_compute": p.compute_s * at,
+              "predicted_memory": p.memory_s * at, "predicted_overhead": p.overhead_s * at,
+              "bytes_moved": sum(op["bytes"] * op["count"] for op in rec["ops"]),
+              **({"predicted_speed": speed} if speed else {})}
     return [{**common, "metric": metric, "unit": PREDICTED[metric], "value": value} for metric, value in values.items()]
 
 

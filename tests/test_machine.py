@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import cases
-from benchmarks.core.hardware import machine
+from benchmarks.core.hardware import control, machine
 from benchmarks.core.timing import telemetry
 
 
@@ -41,15 +41,15 @@ def test_the_control_times_one_block_of_the_calls_its_seconds_hold(monkeypatch):
     """The control beside every CPU timing: one call, then one block of as many calls as ``seconds`` holds at
     that call's speed; its rate is that block's (how fast the machine is does not enter the check)."""
     timed = []
-    real = machine.tbench.Timer.timeit
+    real = control.tbench.Timer.timeit
 
     def recording(self, number):
         m = real(self, number)
         timed.append((number, m.median))
         return m
 
-    monkeypatch.setattr(machine.tbench.Timer, "timeit", recording)
-    rate = machine.gemm_flops_per_s_within(256, 0.01)
+    monkeypatch.setattr(control.tbench.Timer, "timeit", recording)
+    rate = control.gemm_flops_per_s_within(256, 0.01)
     (one, one_s), (calls, block_s) = timed
     assert one == 1 and calls == max(1, round(0.01 / one_s))
     assert rate == 2 * 256**3 / block_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -169,6 +170,10 @@ def test_the_micro_benchmarks_give_positive_finite_figures():
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3
     grid = perfmodel.Grid.from_json(c["kernels"]["gemm"])
     assert grid.rates.shape == (2, 2, 2, 2)
+    # the control GEMM before each part of the calibration and after the last: the machine's speed through it
+    assert len(c["controls"]) == len(c["kernels"]) + 6 and all(x > 0 for x in c["controls"])
+    assert c["control_flops_per_s"] == statistics.median(c["controls"])
+    assert perfmodel.Constants.measured(c).control_flops_per_s == c["control_flops_per_s"]
 
 
 def test_a_grid_keeps_its_axes_order_through_a_record_written_with_sorted_keys():

@@ -78,6 +78,36 @@ def test_the_prediction_reads_no_case_timing(run, tmp_path):
     assert pick(after, "time") == pytest.approx(10 * pick(before, "time"))
 
 
+def test_each_prediction_is_set_at_its_cases_speed_by_the_control_timed_around_it(run, tmp_path):
+    """A case timed while the host ran at half the speed it had through the constants' calibration (its control
+    GEMM at half their control's rate) is predicted twice as long; constants without a control leave each
+    prediction as the operators and the constants price it."""
+    before = tidy.load([run])
+    speeds = before[before.metric == "predicted_speed"]
+    assert len(speeds) == TIMED and (speeds.value > 0).all()
+    copy = str(tmp_path / "halved")
+    shutil.copytree(run, copy)
+    for path in glob.glob(os.path.join(copy, "cases", "*.json")):
+        rec = json.load(open(path))
+        for r in [rec, *rec["rounds"]]:
+            r["control_flops_per_s"] /= 2
+        json.dump(rec, open(path, "w"))
+    pick = lambda t, m: t[t.metric == m].sort_values(["area", "method", "seq_len", "heads", "model"]).value.values  # noqa: E731
+    halved = tidy.load([copy])
+    assert pick(halved, "predicted_time") == pytest.approx(2 * pick(before, "predicted_time"))
+    assert pick(halved, "predicted_speed") == pytest.approx(pick(before, "predicted_speed") / 2)
+    assert "Each prediction is at its case's speed" in prediction.analyse(latest(halved)).verdict
+    meta = os.path.join(copy, "machine.json")
+    saved = json.load(open(meta))
+    for c in saved["constants"].values():
+        del c["control_flops_per_s"]
+    json.dump(saved, open(meta, "w"))
+    unset = tidy.load([copy])
+    assert (unset.metric == "predicted_speed").sum() == 0
+    unscaled = pick(before, "predicted_time") * pick(before, "predicted_speed")  # the operators' price alone
+    assert pick(unset, "predicted_time") == pytest.approx(unscaled)
+
+
 def test_the_page_validates_the_model_per_area_and_draws_the_roofline(run):
     t = latest(tidy.load([run]))
     p = pairs(t)

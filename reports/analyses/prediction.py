@@ -30,7 +30,8 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     predicted terms, its ``bound``, ``ratio`` (predicted / measured) and, where the run states one, the measured
     time's interval (``low``, ``high``)."""
     keys = ["area", "method", *[c for c in tidy.PARAMS if c in t]]
-    metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead"]
+    metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead",
+               "predicted_speed"]
     rows = t[t.metric.isin(metrics) & (t.status == "ok")].dropna(subset=["value"])
     if rows.empty or not (rows.metric == "predicted_time").any():
         return pd.DataFrame()
@@ -40,7 +41,8 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     spans = filled[filled.metric == "time"].groupby(keys)[[c for c in ("low", "high") if c in filled]].median()
     wide = wide.join(bound).join(spans).dropna(subset=["time", "predicted_time"]).reset_index()
     wide = wide.rename(columns={"time": "measured", "predicted_time": "predicted", "predicted_compute": "compute",
-                                "predicted_memory": "memory", "predicted_overhead": "overhead"})
+                                "predicted_memory": "memory", "predicted_overhead": "overhead",
+                                "predicted_speed": "speed"})
     wide["ratio"] = wide.predicted / wide.measured
     wide["device"] = wide.device.where(wide.device != "", "cpu")  # the threads area runs on the CPU only
     return wide
@@ -180,11 +182,19 @@ def analyse(t: pd.DataFrame) -> Analysis:
                  + "Worst: " + "; ".join(f"{c} ({w})" for c, w in zip(
                      a.tables["worst"]["case"], a.tables["worst"]["what misled it"], strict=True)) + ".")
     drift = peak_over_constants(a.tables["constants"]) if "constants" in a.tables else pd.Series(dtype=float)
+    speeds = p.speed.dropna() if "speed" in p else pd.Series(dtype=float)
     if not drift.empty:
         a.verdict += (" This run's calibrated GEMM peak over its constants' best GEMM rate: "
                       + ", ".join(f"{_at(at)} {r:.2f}×" for at, r in drift.items())
-                      + " (below 1: the machine ran slower than when the constants were measured, and "
-                        "compute-bound predictions are short by that much).")
+                      + " (below 1: the machine ran slower than when the constants were measured"
+                      + ("; each prediction is set at its case's speed, below)." if not speeds.empty else
+                         ", and compute-bound predictions are short by that much)."))
+    if not speeds.empty:
+        a.numbers["median_speed"] = float(speeds.median())
+        a.verdict += (f" Each prediction is at its case's speed ({len(speeds)} of {len(p)} cases): the control GEMM "
+                      "timed around the case over the one timed through the constants' calibration, median "
+                      f"{speeds.median():.2f}× ({speeds.min():.2f}-{speeds.max():.2f}×; below 1, the host ran "
+                      "slower than when the constants were measured, and the prediction takes that much longer).")
     first = p[p.device == sorted(set(p.device), key=lambda d: d != "cpu")[0]]  # the CPU where there is one
     measured, cross_m = crossover_curves(first, "measured")
     predicted, cross_p = crossover_curves(first, "predicted")

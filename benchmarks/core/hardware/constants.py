@@ -16,12 +16,14 @@ from __future__ import annotations
 import functools
 import glob
 import itertools
+import statistics
 
 import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as tb
 
 from .. import opgraph
+from . import control
 
 #: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
 #: done ``batch`` times (``gemm_cold``: thin products, whose B, the weight, is read from beyond the last-level
@@ -321,20 +323,35 @@ def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
 
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
-    and the dispatch overheads (seconds). ``quick``: two points per axis, small arrays, short timings (tests)."""
+    and the dispatch overheads (seconds). ``quick``: two points per axis, small arrays, short timings (tests).
+    On the CPU, the control's rate before each part and after the last (``controls``) and their median
+    (``control_flops_per_s``): the machine's speed while they were timed, which a case's own control is set
+    against when the constants price it."""
     run_time = 0.02 if quick else 0.2
     grids = GRIDS[device]
     if quick:
         grids = {kind: {a: tuple(dict.fromkeys((v[0], v[-1]))) for a, v in grid.items()}
                  for kind, grid in grids.items()}
-    return {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
-            "cache_bytes": cache_bytes(device),
-            "kernels": {kind: kernel_rates(kind, device, dtype, grid, 0.0005 if quick else 0.003,
-                                           QUICK_SHRINK if quick else 1)
-                        for kind, grid in grids.items()},
-            **bandwidth(device, 2**20 if quick else None, run_time),
-            "memory": memory_rates(device, MEMORY_SIZES[device][::3] if quick else None, 0.02 if quick else 0.3),
-            "pointwise": pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick else None,
-                                         0.01 if quick else 0.05),
-            "overhead_s": overheads(device, 100 if quick else TINY_OPS, run_time),
-            "host": host(device, run_time)}
+    controls = []
+
+    def controlled(part):
+        if device == "cpu":
+            controls.append(control.control_flops_per_s())
+        return part()
+
+    out = {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
+           "cache_bytes": cache_bytes(device),
+           "kernels": {kind: controlled(lambda kind=kind, grid=grid: kernel_rates(
+               kind, device, dtype, grid, 0.0005 if quick else 0.003, QUICK_SHRINK if quick else 1))
+               for kind, grid in grids.items()},
+           **controlled(lambda: bandwidth(device, 2**20 if quick else None, run_time)),
+           "memory": controlled(lambda: memory_rates(device, MEMORY_SIZES[device][::3] if quick else None,
+                                                     0.02 if quick else 0.3)),
+           "pointwise": controlled(lambda: pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick
+                                                           else None, 0.01 if quick else 0.05)),
+           "overhead_s": controlled(lambda: overheads(device, 100 if quick else TINY_OPS, run_time)),
+           "host": controlled(lambda: host(device, run_time))}
+    if controls:
+        controls.append(control.control_flops_per_s())
+        out.update(controls=controls, control_flops_per_s=statistics.median(controls))
+    return out

@@ -8,7 +8,6 @@ FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import platform
@@ -19,12 +18,11 @@ import time
 
 import pynvml  # nvidia-ml-py: loads NVML only when nvmlInit is called
 import torch
-import torch.utils.benchmark as tbench
-from torch.utils.benchmark.utils import common as tbench_common
 
 from ...area import using_threads
 from .. import records
 from ..records import write_json_atomic
+from .control import gemm_timer, threads_left_alone
 
 #: Square GEMM sizes tried per device: the peak is the best of them (larger ones saturate the units).
 GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
@@ -90,47 +88,14 @@ def metadata() -> dict:
 
 def gemm_flops_per_s(size: int, device: str = "cpu", dtype: str = "float32", min_run_time: float = 0.3) -> float:
     """Median FLOP/s of one (size x size) @ (size x size) matmul: 2 * size^3 FLOPs per call."""
-    timer = _gemm_timer(size, device, dtype)
+    timer = gemm_timer(size, device, dtype)
     with threads_left_alone():
         return 2 * size**3 / timer.blocked_autorange(min_run_time=min_run_time).median
-
-
-def gemm_flops_per_s_within(size: int, seconds: float) -> float:
-    """FLOP/s of a CPU (size x size) matmul over one block of calls lasting about ``seconds``, sized from one
-    call: a control that costs what it says (blocked_autorange grows its blocks to at least 10 ms and then
-    times one more, whatever ``min_run_time`` asks)."""
-    timer = _gemm_timer(size, "cpu", "float32")
-    with threads_left_alone():
-        one = timer.timeit(1).median
-        calls = max(1, round(seconds / one))
-        return 2 * size**3 / timer.timeit(calls).median
 
 
 def local_devices() -> list[str]:
     """The devices this machine has: the CPU, and CUDA where torch sees a GPU."""
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@contextlib.contextmanager
-def threads_left_alone():
-    """torch.utils.benchmark's Timer calls ``torch.set_num_threads`` around every measurement; inside this
-    block it does not when the count is already the one asked for, so that timing a case leaves the process
-    in the regime its user gets (``area.using_threads`` says why that matters)."""
-    real = tbench_common.set_torch_threads
-    tbench_common.set_torch_threads = lambda n: contextlib.nullcontext() if n == torch.get_num_threads() else real(n)
-    try:
-        yield
-    finally:
-        tbench_common.set_torch_threads = real
-
-
-def _gemm_timer(size: int, device: str, dtype: str) -> tbench.Timer:
-    """A Timer of one (size x size) @ (size x size) matmul on its own random operands, run once (warm)."""
-    dev = torch.device(device)
-    a, b = (torch.randn(size, size, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))
-    stmt = (lambda: torch.mm(a, b)) if dev.type == "cpu" else (lambda: (torch.mm(a, b), torch.cuda.synchronize(dev)))
-    stmt()
-    return tbench.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
 
 
 @functools.cache

@@ -25,14 +25,14 @@ import torch.utils.benchmark as tbench
 from ...area import Prepared, Skip, using_threads
 from .. import opgraph
 from ..hardware import constants
-from ..hardware.machine import cpu_counters, gemm_flops_per_s_within, others_cpu_share, threads_left_alone
+from ..hardware.control import CONTROL_SIZE, CONTROL_TIME, gemm_flops_per_s_within, threads_left_alone
+from ..hardware.machine import cpu_counters, others_cpu_share
 from . import graph_cache, telemetry
 
-#: the control interleaved with every CPU measurement: a (CONTROL_SIZE)^2 GEMM timed for CONTROL_TIME
-#: seconds just before and just after the method, at the method's thread count. A shared machine's
+#: the control interleaved with every CPU measurement (``hardware.control``: a (CONTROL_SIZE)^2 GEMM timed for
+#: CONTROL_TIME seconds) just before and just after the method, at the method's thread count. A shared machine's
 #: slow and fast moments move both alike, so time x control / (the run's median control) is steadier
 #: from run to run than the raw time (reports.tidy: metric ``time_normalised``).
-CONTROL_SIZE, CONTROL_TIME = 256, 0.01
 #: a time over fewer values than this (timed blocks, or rounds) has no measured spread: one call of a
 #: 0.5 s model is one block, and its IQR of 0 says nothing about how steady it is
 MIN_SAMPLES = 3
