@@ -219,8 +219,9 @@ def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_f
               [{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}], c2)
     size = machine.GEMM_SIZES["cpu"][-1]
     assert c2.answer == (f"Best fraction of the GEMM's rate timed beside it (the {size}² GEMM, with glibc's allocator "
-                         "fixed) on cpu: math 65% at n = 1024 (paired, 95% 60-70%); the grid, with the default "
-                         "allocator, 30% (28-32%) of the calibrated peak.")
+                         "fixed) on cpu: math 65% at n = 1024 (paired, 95% 60-70%; the grid, with the default "
+                         "allocator: 30% (28-32%) of the calibrated peak).")
+    assert c2.conditions.endswith("; the paired fractions, with glibc's allocator fixed")
     assert c2.quoted == ["paired_best_fraction_cpu_math"] and paired.answer == "paired's"  # a figure of another
     alone = analyse([{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}])  # regime
     assert "times their FLOPs, with glibc's allocator fixed): math n = 1024 65% (60-70%)" in alone.verdict

@@ -264,14 +264,14 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
         c2.numbers[key] = q.fraction
         c2.quoted = [key if k == grid_key else k for k in c2.quoted if k != f"gemm_peak_{device}"]
         shown = c2.interval(key, q.fraction_low, q.fraction_high)
-        phrase = (f"{backend} {q.fraction:.0%} at n = {int(q.seq_len)} (paired, 95% {_percents(*shown)}"
-                  + (f"; {q.states}" if isinstance(q.states, str) else "") + ")")
         value = c2.numbers[grid_key]
         low, high = c2.intervals.get(grid_key, (value, value))
         grid = f"{value:.0%}" + (f" ({_percents(low, high)})" if grid_key in c2.intervals else "")
-        if isinstance(q.settings, str):  # timed in another regime than the grid: two figures, each with its own
-            phrase += f"; the grid, with the default allocator, {grid} of the calibrated peak"
-        else:
+        other = isinstance(q.settings, str)  # timed in another regime than the grid: two figures, each with its own
+        phrase = (f"{backend} {q.fraction:.0%} at n = {int(q.seq_len)} (paired, 95% {_percents(*shown)}"
+                  + (f"; {q.states}" if isinstance(q.states, str) else "")
+                  + (f"; the grid, with the default allocator: {grid} of the calibrated peak" if other else "") + ")")
+        if not other:
             checked += 1
             if not _agree((q.fraction, q.fraction_low, q.fraction_high),
                           (value, low, high) if grid_key in c2.intervals else None, value):
@@ -281,6 +281,8 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
     if phrases:
         c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}{_with(pairs)}) on "
                              f"{device}: " + ", ".join(p) + "." for device, p in phrases.items())
+        if _with(pairs):
+            c2.conditions += f"; the paired fractions{_with(pairs)}"
     return checked, disagree
 
 
