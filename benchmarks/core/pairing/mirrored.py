@@ -154,7 +154,7 @@ class Worker:
     models: str
     suite: str
     env: dict = field(default_factory=dict)  # more environment, beyond this process's
-    settle: int = 0  # calls a warm-up may add while a call still faults pages in (``mirrored_worker.settle``)
+    settle: int = 0  # calls a warm-up may add while a call still faults pages in (``measure.settle``, in the worker)
     regime: dict | None = None  # threads and runtime settings the worker runs in (records.regime, its own)
     proc: subprocess.Popen | None = None
     log: object = None

@@ -10,8 +10,8 @@ built; the threads and runtime settings it runs in, ``records.regime``);
 n}`` times n calls at the case's thread count (``{"seconds": s, "faults": f}``, per call: the minor page faults
 that the process took, which tell a memory state: ``measure.memory_states``), and ``{"warm": i, "calls": n}``
 makes them to warm the case; with ``"settle": k``, a probe's warm-up and a warm-up go on, k calls at most, until
-a call faults in at most SETTLED_PAGES pages (an allocator that gives nothing back: its heap grown to what the
-case needs); ``{"quit": true}`` ends it.
+a call faults in at most ``measure.FAULT_PAGES`` pages (``measure.settle``; an allocator that gives nothing back:
+its heap grown to what the case needs); ``{"quit": true}`` ends it.
 """
 
 import json
@@ -20,8 +20,6 @@ import resource
 import sys
 import time
 
-#: a call that faults in at most this many pages leaves the heap as it found it: a settled warm-up
-SETTLED_PAGES = 64
 #: set in a worker's environment, it calls torch.set_num_threads with the count torch already has, once
 SET_THREADS = "ATTENTION_BENCH_SET_THREADS"
 
@@ -70,11 +68,14 @@ def handle(request: dict, built: list, cases, torch) -> dict:
                 built.append(None)
                 errors.append(f"{type(error).__name__}: {error}")
         return {"errors": errors}
+    from benchmarks.core.timing.measure import FAULT_PAGES, settle  # the suite's, once ``main`` has set the path
+
     fn, threads, device = built[case_of(request)]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with cases.using_threads(threads):
         if "probe" in request:
-            settle(fn, sync, request.get("settle", 1))
+            settle(fn, max(1, request.get("settle", 1)))
+            sync()
         calls = request.get("calls", 1)
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
@@ -83,19 +84,10 @@ def handle(request: dict, built: list, cases, torch) -> dict:
         sync()
         seconds = (time.perf_counter() - start) / calls
         faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / calls
-        if "warm" in request and request.get("settle") and faults > SETTLED_PAGES:
-            settle(fn, sync, request["settle"])
+        if "warm" in request and request.get("settle") and faults > FAULT_PAGES:
+            settle(fn, request["settle"])
+            sync()
         return {"seconds": seconds, "faults": faults}
-
-
-def settle(fn, sync, most: int) -> None:
-    """Calls ``fn`` until one faults in at most SETTLED_PAGES pages, ``most`` calls at most (one at least)."""
-    for _ in range(max(1, most)):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        fn()
-        sync()
-        if resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before <= SETTLED_PAGES:
-            return
 
 
 if __name__ == "__main__":

@@ -152,9 +152,9 @@ def cheap(seconds: float, min_run_time: float) -> bool:
     return seconds <= CHEAP_SHARE * min_run_time
 
 
-def settle(fn: Callable[[], Any]) -> None:
-    """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, SETTLE_CALLS calls at most."""
-    for _ in range(SETTLE_CALLS):
+def settle(fn: Callable[[], Any], most: int = SETTLE_CALLS) -> None:
+    """Call ``fn`` until one call faults in no more than FAULT_PAGES pages, ``most`` calls at most."""
+    for _ in range(most):
         before = _minor_faults()
         fn()
         if _minor_faults() - before <= FAULT_PAGES:
