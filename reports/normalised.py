@@ -1,5 +1,5 @@
 """A run's times at its typical speed: each process's time scaled by the machine's speed when it was timed, read
-from the control GEMM timed just before and after it (``benchmarks.core.timing.measure.CONTROL_SIZE``), over
+from the control GEMM timed just before and after it (``benchmarks.core.hardware.control``), over
 the run's typical speed (the median control at that thread count). A shared host's speed drifts between the
 processes of one run and between runs; what a case achieves against what the machine reaches at that moment
 does not, so a normalised time moves less between runs than the raw one (C2's fractions of the GEMM peak are

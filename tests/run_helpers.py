@@ -17,9 +17,8 @@ import torch
 from filelock import FileLock
 
 from attention_bench.cli import main as attention_bench
-from benchmarks.core.hardware import constants, machine
+from benchmarks.core.hardware import constants, control, machine
 from benchmarks.core.running import runner
-from benchmarks.core.timing import measure as measuring
 
 PLAN = [("models", {"model": "transformer", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"}),
         ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 16, "batch": 8, "device": "cpu"})]
@@ -46,14 +45,14 @@ def _quick_constants(device="cpu", dtype="float32", quick=False):
 @contextlib.contextmanager
 def quick_measuring():
     """Every run watches the cores for half a second before it starts (machine.machine_busy), every CPU
-    method-round times a control GEMM for 10 ms before and after it (measure.CONTROL_TIME), a calibration
+    method-round times a control GEMM for 10 ms before and after it (control.CONTROL_TIME), a calibration
     times GEMMs of 1024 and 2048 for 0.3 s each (machine.GEMM_SIZES, PEAK_TIME) and the performance model's
     constants take seconds; the tests make dozens of short runs in one process, so there these take 50 ms,
     2 ms, one 512 GEMM for 50 ms and one quick measurement per session. Every test runs in it (conftest),
     and so do the fixtures that measure for a whole module."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(machine, "BUSY_SAMPLE_S", 0.05)
-        mp.setattr(measuring, "CONTROL_TIME", 0.002)
+        mp.setattr(control, "CONTROL_TIME", 0.002)
         mp.setattr(machine, "PEAK_TIME", 0.05)
         mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (512,)})
         mp.setattr(constants, "measure", _quick_constants)

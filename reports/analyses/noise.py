@@ -1,7 +1,7 @@
 """Noise you can trust: do two runs of the same code on the same machine agree, raw and normalised?
 
 Each CPU time in a runner folder is stored next to a control GEMM measured just before and after it
-(``benchmarks.measure.CONTROL_SIZE``); ``time_normalised`` is the time scaled by that control's rate
+(``benchmarks.core.hardware.control``); ``time_normalised`` is the time scaled by that control's rate
 over the run's typical rate (``reports.tidy``). A run timed in interleaved rounds (``--rounds``) also
 has ``time_best_round``, its least disturbed round. ``agreement`` sets two runs side by side case by
 case and says how far apart they are, both ways, so that a user sees whether the normalisation helps

@@ -25,14 +25,15 @@ import torch.utils.benchmark as tbench
 from ...area import Prepared, Skip, using_threads
 from .. import opgraph
 from ..hardware import constants
-from ..hardware.control import CONTROL_SIZE, CONTROL_TIME, gemm_flops_per_s_within, threads_left_alone
+from ..hardware.control import control_flops_per_s, threads_left_alone
 from ..hardware.machine import cpu_counters, others_cpu_share
 from . import graph_cache, telemetry
 
-#: the control interleaved with every CPU measurement (``hardware.control``: a (CONTROL_SIZE)^2 GEMM timed for
-#: CONTROL_TIME seconds) just before and just after the method, at the method's thread count. A shared machine's
-#: slow and fast moments move both alike, so time x control / (the run's median control) is steadier
-#: from run to run than the raw time (reports.tidy: metric ``time_normalised``).
+# The control (``hardware.control``: a small GEMM timed for a moment) is timed just before and just after every
+# CPU method, at the method's thread count. A shared machine's slow and fast moments move both alike, so
+# time x control / (the run's median control) is steadier from run to run than the raw time (reports.tidy:
+# metric ``time_normalised``).
+
 #: a time over fewer values than this (timed blocks, or rounds) has no measured spread: one call of a
 #: 0.5 s model is one block, and its IQR of 0 says nothing about how steady it is
 MIN_SAMPLES = 3
@@ -121,14 +122,14 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
     whose calls fault heavily settles first and is timed again (SETTLE_CALLS)."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
-    before = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
+    before = control_flops_per_s() if control else None
     counters = cpu_counters() if control else None
     timing, faults = _faulting(fn, min_run_time)
     if control and cheap(timing.median, min_run_time) and faults > FAULT_PAGES * timing.calls:
         settle(fn)
         timing, faults = _faulting(fn, min_run_time)
     others = others_cpu_share(counters, cpu_counters()) if control else None
-    after = gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME) if control else None
+    after = control_flops_per_s() if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
