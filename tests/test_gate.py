@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from run_helpers import StandInWorker
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate as gate_library
@@ -53,7 +54,7 @@ def test_too_few_rounds_are_inconclusive_never_a_verdict():
     assert wide.verdict(0.05) == "inconclusive"
 
 
-class FakeWorker:
+class FakeWorker(StandInWorker):
     """Stands in for a worker process: logs what it is asked, answers 10 ms a call."""
 
     regime, settle = {"threads": 1, "env": {}}, 0
@@ -69,9 +70,6 @@ class FakeWorker:
         self.log.append((self.label, next((k for k in ("probe", "warm") if k in request), "block")))
         self.warm_calls = request["calls"] if "warm" in request else getattr(self, "warm_calls", None)
         return {"seconds": 0.01}
-
-    def stop(self):
-        pass
 
 
 def test_rounds_alternate_mirrored_orders_and_every_session_warms_both_sides_first():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from run_helpers import in_process
+from run_helpers import StandInWorker, in_process
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
@@ -38,7 +38,7 @@ def test_heads_pairs_one_head_with_64_per_strategy_with_the_output_projection():
         assert a["heads"] == 1 and b == {**a, "heads": 64} and a["out_proj"] is True
 
 
-class OneWorker:
+class OneWorker(StandInWorker):
     """Stands in for a worker process holding every case: logs which case each block times."""
 
     regime, settle = {"threads": 1, "env": {}}, 0
@@ -53,9 +53,6 @@ class OneWorker:
         if "case" in request:
             self.blocks.append(request["case"])
         return {"seconds": 0.002 if case_of(request) == 0 else 0.004}
-
-    def stop(self):
-        pass
 
 
 def test_two_cases_in_one_worker_alternate_mirrored_and_give_the_ratio_of_their_times():

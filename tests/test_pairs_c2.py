@@ -8,6 +8,7 @@ import mmap
 
 import pytest
 import torch
+from run_helpers import StandInWorker
 
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
@@ -122,7 +123,7 @@ def test_a_fraction_outside_its_interval_is_not_a_pairs_record():
 
 
 def test_the_pairs_command_records_c2s_fractions(tmp_path, monkeypatch):
-    class Worker:  # attention at a quarter of the GEMM's time; the GEMM's faults none
+    class Worker(StandInWorker):  # attention at a quarter of the GEMM's time; the GEMM's faults none
         regime, settle = {"threads": 1, "env": {}}, 0
 
         def __init__(self, label, *args, **kwargs):
@@ -135,9 +136,6 @@ def test_the_pairs_command_records_c2s_fractions(tmp_path, monkeypatch):
         def ask(self, request, timeout=None):
             area = self.todo[mirrored_worker.case_of(request)][0]
             return {"seconds": 0.004 if area == "gemm" else 0.001, "faults": 0.0}
-
-        def stop(self):
-            pass
 
     monkeypatch.setattr(pairs, "Worker", Worker)
     record = tmp_path / "pairs.json"
@@ -174,7 +172,7 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
         tmp_path, monkeypatch):
     made = {}
 
-    class Worker:  # every block 1 ms; records what each worker was started with and which cases it built
+    class Worker(StandInWorker):  # every block 1 ms; records what each worker was started with and which cases it built
         def __init__(self, label, models, suite, env, settle=0):
             self.label, self.env, self.settle, self.regime = label, env, settle, {"threads": 1, "env": dict(env)}
             self.warmed = []
@@ -188,9 +186,6 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
             if "probe" in request or "warm" in request:
                 self.warmed.append(request.get("settle"))
             return {"seconds": 0.001, "faults": 0.0}
-
-        def stop(self):
-            pass
 
     monkeypatch.setattr(pairs, "Worker", Worker)
     record = tmp_path / "pairs.json"

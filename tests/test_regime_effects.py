@@ -3,13 +3,14 @@ default one), and each pair's own ratio under both."""
 
 
 import pytest
+from run_helpers import StandInWorker
 
 from benchmarks.core.pairing import mirrored
 from benchmarks.core.pairing.mirrored_worker import case_of
 from scripts import regime_effects
 
 
-class FakeWorker:
+class FakeWorker(StandInWorker):
     """A worker whose calls take ``seconds`` (the setting's worker: ``slower`` times that)."""
 
     def __init__(self, label, models, suite, env, settle=0):
@@ -24,9 +25,6 @@ class FakeWorker:
         area, params, _ = self.todo[case_of(request)]
         base = 0.002 * (3 if params.get("model") == "rnn-width" or params.get("heads") == 64 else 1)
         return {"seconds": base * (1.2 if self.env else 1.0)}
-
-    def stop(self):
-        pass
 
 
 def test_a_setting_that_slows_every_case_by_a_fifth_reads_as_1_2_and_leaves_the_pairs_ratios(monkeypatch):

@@ -162,6 +162,11 @@ class Worker:
 
     def start(self, todo: list[tuple[str, dict, str]]) -> list[str | None]:
         """Start the process and build every case; each case's error (None: built)."""
+        self.launch(todo)
+        return self.built()
+
+    def launch(self, todo: list[tuple[str, dict, str]]) -> None:
+        """Start the process and ask it to build every case, without waiting for it (``built`` does)."""
         self._root = tempfile.TemporaryDirectory(prefix=f"gate-{self.label}-")
         os.symlink(os.path.join(self.models, "transformer"), os.path.join(self._root.name, "transformer"))
         os.symlink(os.path.join(self.suite, "benchmarks"), os.path.join(self._root.name, "benchmarks"))
@@ -170,16 +175,27 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
                                      env={**os.environ, **self.env})
-        answer = self.ask({"cases": [[a, p, m] for a, p, m in todo]})
+        self._send({"cases": [[a, p, m] for a, p, m in todo]})
+
+    def built(self) -> list[str | None]:
+        """Each case's error (None: built) once the process ``launch`` started has built them."""
+        answer = self.answer()
         self.regime = answer.get("regime")
         return answer["errors"]
 
     def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
+        self._send(request)
+        return self.answer(timeout)
+
+    def _send(self, request: dict) -> None:
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._died("stopped reading its requests")) from None
+
+    def answer(self, timeout: float = WORKER_TIMEOUT_S) -> dict:
+        """The process's answer to the last request, within ``timeout`` s (WorkerDied: none)."""
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
@@ -200,13 +216,21 @@ class Worker:
                 + (f" (exit code {code})" if code is not None else "")
                 + (": " + " | ".join(last) if last else ""))
 
-    def stop(self) -> None:
+    def quit(self) -> None:
+        """Ask the process to end, without waiting for it (``stop`` does)."""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
                 self.proc.stdin.flush()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.quit()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
                 self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
         if self._root is not None:
@@ -267,12 +291,12 @@ class MirroredRounds:
         one call (a slow case: its warm-up is most of a session's start)."""
         self.session += 1
         order = self.workers if self.session % 2 == 0 else self.workers[::-1]
-        for worker in order:
-            worker.stop()
+        self.stop()
+        for worker in order:  # the workers build their cases at once (nothing is timed until all have)
+            worker.launch(self.todo[worker.label] if isinstance(self.todo, dict) else self.todo)
         failed = {}
         for worker in order:
-            todo = self.todo[worker.label] if isinstance(self.todo, dict) else self.todo
-            for i, error in enumerate(worker.start(todo)):
+            for i, error in enumerate(worker.built()):
                 if error:
                     failed[id(worker), i] = f"{worker.label}: {error}"
         for p, (a, b) in enumerate(self.pairs):
@@ -337,6 +361,8 @@ class MirroredRounds:
         return [None if p in self.skipped else estimate(r, s) for p, (r, s) in pairs]
 
     def stop(self) -> None:
+        for worker in self.workers:  # all asked to end first: they end at once
+            worker.quit()
         for worker in self.workers:
             worker.stop()
 
