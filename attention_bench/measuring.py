@@ -13,7 +13,6 @@ from benchmarks.core import guards, pipeline
 from benchmarks.core.hardware import machine
 from benchmarks.core.profiling import profiler
 from benchmarks.core.running import runner
-from reports import html, publish
 
 from . import options
 
@@ -44,6 +43,8 @@ def add_run(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure the grid into the run folder (resumable; under torchrun, this rank's share), profile, time the
     pairs, write the report and print its path."""
+    from reports import html, publish  # here, not at the top: the round processes import this module too
+
     start = time.time()
     report = not args.no_report
     if report:
@@ -167,7 +168,7 @@ def add_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--total-budget", type=guards.seconds, default=3600.0, metavar="SECONDS",
                    help="seconds of timing for the whole history at most (default 3600); run again to go on")
     p.add_argument("--history", metavar="FOLDER", help="where each commit's record goes (default "
-                   "results/history/<reference>-<grid>; a history resumes in it)")
+                   f"{history.HISTORIES}/<reference>-<grid>; a history resumes in it)")
 
 
 def track_history(args: argparse.Namespace) -> int:
@@ -179,7 +180,7 @@ def track_history(args: argparse.Namespace) -> int:
     commits = history.commits(args.range, args.commits)
     reference = history.check(commits, args.reference)
     todo = gate.selection(args.grid, args.area, args.device or machine.local_devices(), args.method, args.param)
-    folder = guards.writable_folder(args.history or os.path.join("results", "history", f"{reference[:8]}-{args.grid}"),
+    folder = guards.writable_folder(args.history or os.path.join(history.HISTORIES, f"{reference[:8]}-{args.grid}"),
                                     "--history")
     print(f"{len(commits)} commits against {reference[:8]}, {len(todo)} cases each, into {folder}", file=sys.stderr)
     records = history.measure(commits, reference, todo, args.threshold, args.budget, args.total_budget, folder,

@@ -1,5 +1,7 @@
 """The commands that report on what was measured: report, compare, reproduce, predict, csv, claims, measured and
-site. Each parses its flags (``options``), calls ``reports`` and prints the result."""
+site. Each parses its flags (``options``), calls ``reports`` and prints the result. ``reports`` (pandas,
+matplotlib, Jinja2: 0.7 s) is imported by the command that runs, not here: every command's process imports this
+module to build the command line, the measuring ones and the processes they spawn included."""
 
 from __future__ import annotations
 
@@ -8,28 +10,10 @@ import os
 import socket
 import sys
 
-import pandas as pd
-
+from benchmarks import history
 from benchmarks.core import guards, records
 from benchmarks.core.hardware import between_runs
 from benchmarks.core.timing import rerun
-from reports import (
-    asv_paired,
-    asv_site,
-    claims,
-    columns,
-    explained,
-    html,
-    measured,
-    predict,
-    publish,
-    ranges,
-    reproduce,
-    tidy,
-)
-from reports.analyses import hardware, noise
-from reports.analyses.runs import one_machine_per_run
-from reports.html import MISSING, displayable
 
 from . import options
 
@@ -47,6 +31,8 @@ def add_report(p: argparse.ArgumentParser) -> None:
 
 def report(args: argparse.Namespace) -> int:
     """The report on results already measured; prints its path."""
+    from reports import html, publish
+
     html.check_replaceable(args.report, args.paths)
     print(os.path.abspath(publish.build(args.paths, args.report, args.lead)))
     return 0
@@ -60,6 +46,11 @@ def add_compare(p: argparse.ArgumentParser) -> None:
 def _print_agreement(found: list[dict]) -> None:
     """How far each run's times are from its predecessor's on the same machine, raw and normalised by the
     interleaved control GEMM (``noise.agreements``)."""
+    import pandas as pd
+
+    from reports.analyses import noise
+    from reports.html import MISSING, displayable
+
     for a in found:
         agree = pd.DataFrame(a["rows"]).set_index("metric")
         print(f"\n{a['machine']}: {a['second']} against {a['first']}{noise.rounds_told(a)}, |second/first - 1| "
@@ -70,6 +61,11 @@ def _print_agreement(found: list[dict]) -> None:
 def _print_differences(folders: list[str]) -> None:
     """Each run folder after the first against the first, figure by figure: differs, or the same within the
     noise (``reproduce.differences``: each run's stated interval, or ±5% where it states none)."""
+    import pandas as pd
+
+    from reports import explained, reproduce
+    from reports.html import MISSING, displayable
+
     if len(folders) < 2:
         return
     runs = [reproduce.figures(f) for f in folders]
@@ -93,6 +89,11 @@ def _print_differences(folders: list[str]) -> None:
 def compare(args: argparse.Namespace) -> int:
     """Machines (or runs of one) side by side: the agreement between runs, the hardware verdicts, figure by figure
     differs or the same within the noise; writes the report too."""
+    from reports import html, publish, ranges, tidy
+    from reports.analyses import hardware, noise
+    from reports.analyses.runs import one_machine_per_run
+    from reports.html import MISSING, displayable
+
     html.check_replaceable(args.report, args.paths)
     table = tidy.load(args.paths)
     runs = table.run.nunique()
@@ -121,6 +122,8 @@ def add_reproduce(p: argparse.ArgumentParser) -> None:
 def reproduce_runs(args: argparse.Namespace) -> int:
     """One machine's runs side by side: each answer's figure per run, its interval, and the figures that fall
     outside another run's."""
+    from reports import measured, reproduce
+
     if args.record:
         records.check_record_path(args.record, "reproducibility")
     runs = [reproduce.figures(path) for path in args.paths]
@@ -155,6 +158,8 @@ def add_predict(p: argparse.ArgumentParser) -> None:
 
 def prediction(args: argparse.Namespace) -> int:
     """A run's cases predicted on another machine, from its datasheet or its measured constants."""
+    from reports import measured, predict
+
     if not os.path.isdir(args.run):
         raise FileNotFoundError(f"{args.run!r}: no such run folder; measure one first (attention-bench run) or "
                                 "name one")
@@ -177,6 +182,8 @@ def add_csv(p: argparse.ArgumentParser) -> None:
 
 def export_csv(args: argparse.Namespace) -> int:
     """The tidy table (one row per case and metric) as CSV: to --csv FILE, else on stdout."""
+    from reports import columns, tidy
+
     if args.csv is None:
         tidy.load(args.paths).to_csv(sys.stdout, index=False)
         return 0
@@ -193,6 +200,8 @@ def add_claims(p: argparse.ArgumentParser) -> None:
 
 def print_claims(args: argparse.Namespace) -> int:
     """The claims the suite tests, as docs/CLAIMS.md holds them."""
+    from reports import claims
+
     print(claims.markdown(), end="")
     return 0
 
@@ -204,19 +213,22 @@ def add_measured(p: argparse.ArgumentParser) -> None:
                    help="rewrite every generated block of these pages (README.md, docs/MEASURED.md) from its record")
     p.add_argument("--analysis", action="append", metavar="KEY", help="only this analysis of a report (repeatable; "
                    "default: all); answers: its answers table")
-    p.add_argument("--for", default=measured.README, metavar="PAGE",
-                   help=f"the page the block goes in, its links relative to it (default {measured.README})")
+    p.add_argument("--for", metavar="PAGE", help="the page the block goes in, its links relative to it (default: the "
+                   "project's README)")
 
 
 def print_measured(args: argparse.Namespace) -> int:
     """A page's block generated from a saved record, or every generated block of pages rewritten (--update)."""
+    from reports import measured
+
     if args.update:
         for page in args.update:
             print(f"{page}: {measured.refresh(page)} generated blocks, each from its record")
         return 0
     if args.record is None:
         raise ValueError("give a record (docs/measured/<name>.json) or --update PAGE")
-    print(measured.markdown(measured.load(args.record), args.record, args.analysis, getattr(args, "for")), end="")
+    print(measured.markdown(measured.load(args.record), args.record, args.analysis,
+                            getattr(args, "for") or measured.README), end="")
     return 0
 
 
@@ -224,13 +236,15 @@ def add_site(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="asv.conf.json", help="asv's configuration (default asv.conf.json)")
     p.add_argument("histories", metavar="HISTORY", nargs="*",
                    help="a paired history's folder (attention-bench history --history) to draw beside asv's own "
-                        f"graphs (default: every folder in {asv_paired.HISTORIES})")
+                        f"graphs (default: every folder in {history.HISTORIES})")
     options.add(p, "--machine")
 
 
 def site(args: argparse.Namespace) -> int:
     """asv's history site (asv publish) with the paired histories' graphs beside asv's own, and the JavaScript it
     loads served from the site: it opens offline."""
+    from reports import asv_site
+
     try:
         path = asv_site.publish(args.config, histories=args.histories or None, machine=args.machine)
     except asv_site.PublishFailed as error:

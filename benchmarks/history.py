@@ -25,6 +25,8 @@ from .core import envelope
 from .core.records import UnreadableRecord, case_key, read_json, write_json_atomic
 
 #: a commit's record in the history's folder
+#: where the histories are kept, one folder each (``reports.asv_paired`` draws every one)
+HISTORIES = os.path.join("results", "history")
 RECORD = "{commit}.json"
 
 

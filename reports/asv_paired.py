@@ -19,14 +19,13 @@ import platform
 
 import pandas as pd
 
-from benchmarks import cases, gate
+from benchmarks import cases, gate, history
 from benchmarks.core import envelope
 from benchmarks.core.records import UnreadableRecord, read_json, write_json_atomic
 
 from .asv_table import PAIRED_PREFIX, asv_classes
 
-#: where ``attention-bench history`` keeps its histories, one folder each
-HISTORIES = os.path.join("results", "history")
+HISTORIES = history.HISTORIES
 PREFIX = PAIRED_PREFIX
 #: what asv's graphs label the values with
 UNIT = "time / reference's"
