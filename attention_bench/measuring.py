@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             profiled = profiler.run_set_fresh(chosen, out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
         if args.pairs_budget:
-            _time_pairs(args, out, {p.get("device", "cpu") for _, p in run.todo} & set(machine.local_devices()))
+            _time_pairs(args, out, run.todo)
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
     finally:
@@ -84,16 +84,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_pairs(args, out: str, devices: set[str]) -> None:
-    """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured;
-    a worker that dies is said, and the report goes on without that device's pairs."""
-    for device in sorted(devices):
-        kinds = [k for k in pairs.KINDS if pairs.pairs_of(k, args.grid, device)]
+def _time_pairs(args, out: str, todo: list[tuple[str, dict]]) -> None:
+    """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured,
+    of the run's cases (``todo``: its --area, --param and --device); a worker that dies is said, and the report
+    goes on without that device's pairs."""
+    for device in sorted({p.get("device", "cpu") for _, p in todo} & set(machine.local_devices())):
+        kinds = [k for k in pairs.KINDS
+                 if any(pairs.within(pair, todo) for pair in pairs.pairs_of(k, args.grid, device))]
         if not kinds:
             continue
         try:
             pairs.measure(kinds, args.grid, device, args.pairs_budget,
-                          os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress)
+                          os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress,
+                          chosen=todo)
         except (pairs.WorkerDied, ValueError) as error:
             print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
 

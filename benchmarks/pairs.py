@@ -83,9 +83,9 @@ KINDS = {
 #: with what else the process allocated (12 or 26 ms at n = 128 on the VM: 0 or 8,000-12,000 faults a call),
 #: and the grid's curves show that cost with both states
 KIND_ENV = {"c2": FIXED_ALLOCATOR}
-#: calls a warm-up of those kinds' cases may add while a call still faults pages in: with the allocator fixed the heap
-#: grows over a case's first calls (the math backend at n = 1024 faulted 20 MB a call in the blocks of two
-#: sessions of three after the two calls that warm it), then stays
+#: calls a warm-up may add while a call still faults pages in, in a worker with glibc's allocator fixed (``KIND_ENV``'s,
+#: or every worker with --fixed-allocator): then the heap grows over a case's first calls (the math backend at
+#: n = 1024 faulted 20 MB a call in the blocks of two sessions of three after the two calls that warm it), then stays
 SETTLE_CALLS = 8
 #: the sequence lengths C2's pairs time each backend at, those on the grid: where the two CPU backends reach their
 #: best fractions (the math backend at the shortest n, its n x n scores 17 MB; the fused kernel at long n)
@@ -112,23 +112,34 @@ def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, s
     return out
 
 
+def within(pair, chosen: list[tuple[str, dict]] | None) -> bool:
+    """Whether both cases of ``pair`` are among ``chosen`` (a run's cases, as (area, params): its --area, --param and
+    --device); the GEMM that C2 holds attention to is no grid case, and counts as chosen. None: every pair."""
+    grid_cases = {case_key(area, "", params) for area, params in chosen or ()}
+    return chosen is None or all(area == "gemm" or case_key(area, "", params) in grid_cases
+                                 for area, params, _ in pair)
+
+
 def key(case: tuple[str, dict, str]) -> str:
     area, params, method = case
     return case_key(area, method, params)
 
 
-def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None):
-    """Measure every pair of ``kinds``: (rows, rounds, seconds, what stopped it early: None, a
-    KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with settings of its
-    own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its worker's."""
-    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device)]
+def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None,
+        chosen: list[tuple[str, dict]] | None = None):
+    """Measure every pair of ``kinds`` (of the ``chosen`` cases: ``within``): (rows, rounds, seconds, what stopped
+    it early: None, a KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with
+    settings of its own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its
+    worker's."""
+    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, chosen)]
     envs = {kind: {**(env or {}), **KIND_ENV.get(kind, {})} for kind in kinds}
     workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
     worker_of: dict[str, str] = {}
     for kind in dict.fromkeys(kind for kind, _ in listed):
         worker_of[kind] = next((w for w in workers if envs[w] == envs[kind]), kind)
-        workers.setdefault(worker_of[kind], Worker(worker_of[kind], ROOT, ROOT, envs[kind],
-                                                   settle=SETTLE_CALLS if kind in KIND_ENV else 0))
+        if worker_of[kind] not in workers:
+            fixed = FIXED_ALLOCATOR.items() <= envs[kind].items()
+            workers[kind] = Worker(kind, ROOT, ROOT, envs[kind], settle=SETTLE_CALLS if fixed else 0)
     todo = {w: list({key(c): c for kind, pair in listed if worker_of[kind] == w for c in pair}.values())
             for w in workers}
     index = {w: {key(c): i for i, c in enumerate(cs)} for w, cs in todo.items()}
@@ -336,14 +347,15 @@ def check_run_folder(out: str) -> None:
 
 
 def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True,
-            env: dict | None = None) -> dict:
-    """Time every pair of ``kinds`` and write the record (kind ``pairs``) atomically at ``record``, keeping
-    the pairs of other kinds it held at this commit (``kept_pairs``); ``env``: more environment for the
-    worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs with)."""
+            env: dict | None = None, chosen: list[tuple[str, dict]] | None = None) -> dict:
+    """Time every pair of ``kinds`` (of the ``chosen`` cases only, where given: a run's) and write the record (kind
+    ``pairs``) atomically at ``record``, keeping the pairs of other kinds it held at this commit (``kept_pairs``);
+    ``env``: more environment for the worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs
+    with)."""
     kept = kept_pairs(record, kinds, grid, device)
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
-    rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env)
+    rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env, chosen)
     saved = envelope.save(record, "pairs", commit(), regime=regime, grid=grid, device=device, rounds=rounds,
                           elapsed_s=seconds, budget_s=budget, precision=PRECISION, block_s=BLOCK_S,
                           threads=torch.get_num_threads(), worker_env=env or {}, pairs=kept + rows,

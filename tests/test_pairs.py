@@ -288,3 +288,24 @@ def test_the_pairs_time_three_sessions_whatever_the_budget(tmp_path, monkeypatch
     saved = json.loads(record.read_text())
     assert saved["rounds"] == pairs.MIN_ROUNDS == 3 and Counted.started == 3  # not the two a spent gate stops at
     assert all(p["rounds"] == 3 and p["low"] <= p["ratio"] <= p["high"] for p in saved["pairs"])
+
+
+def test_the_main_jobs_pairs_are_those_of_the_cases_it_was_asked_for(tmp_path, monkeypatch):
+    """run --area models --param seq_len=16 times the c1 pair at n = 16 only: no other length, no heads, no C2."""
+    import argparse
+
+    from attention_bench import measuring
+    from benchmarks.core.running import runner
+
+    monkeypatch.setattr(pairs, "Worker", OneWorker)
+    args = argparse.Namespace(grid="quick", pairs_budget=0.000001, no_progress=True)
+    todo = runner.plan("quick", ["models"], ["cpu"], ["seq_len=16"])
+    measuring._time_pairs(args, str(tmp_path), todo)
+    saved = json.loads((tmp_path / pairs.RECORD.format(device="cpu")).read_text())
+    assert [(p["kind"], p["params"]["seq_len"]) for p in saved["pairs"]] == [("c1", 16)]
+    assert len(pairs.pairs_of("c1", "quick", "cpu")) > 1 and pairs.pairs_of("heads", "quick", "cpu")  # left out
+    (tmp_path / "attention").mkdir()
+    measuring._time_pairs(args, str(tmp_path / "attention"), runner.plan("quick", ["attention"], ["cpu"]))
+    saved = json.loads((tmp_path / "attention" / pairs.RECORD.format(device="cpu")).read_text())  # and the GEMM
+    assert {p["kind"] for p in saved["pairs"]} == {"c2"} and len(saved["pairs"]) == len(pairs.pairs_of(
+        "c2", "quick", "cpu"))

@@ -203,6 +203,7 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
     made.clear()  # with --fixed-allocator every kind runs with it: one worker
     assert attention_bench([*args, "--fixed-allocator"]) == 0
     assert list(made) == ["c1"] and made["c1"].env == mirrored.FIXED_ALLOCATOR
+    assert set(made["c1"].warmed) == {pairs.SETTLE_CALLS}  # the allocator fixed: its heap grown too
 
 
 def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_figure_beside_unchecked():
