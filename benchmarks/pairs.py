@@ -16,6 +16,9 @@ the other pairs'). The pairs:
             time (the Transformer's speed-up; below 1, the RNN is faster)
     heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
             small heads)
+    threads per workload of the threads area, its time on 1 thread over its time on p (claim C1's strong scaling:
+            the speed-up p threads give), both counts in one worker, which pauses HANDOVER_S before a block at
+            another count than the last block's
     c2      per backend, equation (1) at n = C2_SEQ_LENS against the calibration's largest GEMM: the GEMM's time
             over attention's, times attention's matmul FLOPs over the GEMM's, is the fraction of the GEMM's rate
             that attention reaches in the same moments (claim C2's figure, which a peak calibrated minutes
@@ -76,6 +79,7 @@ KINDS = {
     "heads": ("multihead", "forward", "heads", 1, 64, "64 heads' cost over 1 head's (time h=64 / time h=1)"),
     "c2": ("attention", "forward", None, "attention", "gemm",
            "the GEMM's time over attention's (x their matmul FLOPs, attention's fraction of the GEMM's rate)"),
+    "threads": ("threads", "forward", "threads", None, 1, "speed-up on p threads over 1 (time on 1 thread / on p)"),
 }
 #: what a kind's worker runs with beyond the command's regime (a named condition, shown with its figures): C2 is a
 #: kernel's rate against the GEMM's, so its attention runs with glibc's allocator fixed; with the default allocator
@@ -98,6 +102,9 @@ def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, s
     area, method, axis, a, b, _ = KINDS[kind]
     if area not in cases.GRIDS[grid]:
         return []
+    if kind == "threads":  # each workload at every count p > 1 against 1 thread, on the CPU (the area's only device)
+        return [((area, params, method), (area, {**params, axis: b}, method)) for params in cases.select(area, grid)
+                if device == "cpu" and params[axis] != b and cases.on_grid(area, {**params, axis: b}, grid)]
     if kind == "c2":
         gemm = ("gemm", ceiling(device), method)
         return [((area, params, method), gemm) for params in cases.select(area, grid, device=device)
@@ -172,6 +179,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates(), strict=True)):
         area, method, axis, a, b, meaning = KINDS[kind]
         same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
+        a = pa[1][axis] if kind == "threads" else a  # p, the count against 1 thread
         row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
                "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": envs[kind]}
         if est is None:

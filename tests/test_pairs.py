@@ -309,3 +309,49 @@ def test_the_main_jobs_pairs_are_those_of_the_cases_it_was_asked_for(tmp_path, m
     saved = json.loads((tmp_path / "attention" / pairs.RECORD.format(device="cpu")).read_text())  # and the GEMM
     assert {p["kind"] for p in saved["pairs"]} == {"c2"} and len(saved["pairs"]) == len(pairs.pairs_of(
         "c2", "quick", "cpu"))
+
+
+def test_threads_pairs_each_workload_at_p_threads_with_itself_on_one_on_the_cpu_only():
+    listed = pairs.pairs_of("threads", "quick", "cpu")
+    counts = cases.axes("threads", "quick")["threads"]
+    assert len(listed) == len(cases.axes("threads", "quick")["workload"]) * (len(counts) - 1) > 0
+    for (area, a, method), (area_b, b, _) in listed:
+        assert area == area_b == "threads" and method == "forward" and a["threads"] > 1 == b["threads"]
+        assert {**a, "threads": 1} == b  # the same workload
+    assert pairs.pairs_of("threads", "quick", "cuda") == []
+
+
+def test_c1s_strong_scaling_answer_gives_the_paired_speed_ups_and_says_where_the_grid_is_apart():
+    from reports.analyses.base import Analysis
+    from reports.analyses.paired import analyse, reconcile
+
+    threads = Analysis("c1_threads", "S", "C1", "", answer="grid's",
+                       numbers={"speedup_attention_p2": 1.76, "speedup_rnn-width_p2": 0.82},
+                       quoted=["speedup_attention_p2", "speedup_rnn-width_p2"])
+    threads.intervals = {"speedup_attention_p2": (1.29, 2.41), "speedup_rnn-width_p2": (0.80, 0.84)}
+    pair = lambda w, ratio, low, high: {"kind": "threads", "params": {"workload": w}, "a": 2, "b": 1,  # noqa: E731
+                                        "status": "ok", "ratio": ratio, "low": low, "high": high, "rounds": 3,
+                                        "a_s": 1.0, "b_s": ratio}
+    records = [{"device": "cpu", "pairs": [pair("attention", 1.80, 1.70, 1.90), pair("rnn-width", 1.02, 0.95, 1.10)]}]
+    paired = Analysis("paired", "P", "C1/C2/C3", "")
+    reconcile(Analysis("c1_length", "C1", "C1", ""), Analysis("c3_heads", "C3", "C3/C4", ""), paired, records,
+              threads=threads)
+    assert threads.answer == ("Speed-up on 2 threads over 1: attention 1.80× (paired, 95% 1.70-1.90), rnn-width "
+                              "1.02× (paired, 95% 0.95-1.10; the grid gave 0.82× (0.80-0.84), apart from it).")
+    assert threads.quoted == ["paired_speedup_attention_p2", "paired_speedup_rnn-width_p2"]
+    assert paired.answer.endswith("agree within them for 1 of 2 (not for C1 threads rnn-width).")
+    said = analyse(records)
+    assert "time on 1 thread over time on p: attention on 2 1.80× (1.70-1.90)" in said.verdict
+    assert said.numbers["threads_rnn-width_p2_cpu"] == 1.02
+
+
+def test_the_worker_pauses_before_a_block_at_another_thread_count_than_the_last(monkeypatch):
+    from benchmarks.core.pairing import mirrored_worker
+
+    slept = []
+    monkeypatch.setattr(mirrored_worker.time, "sleep", slept.append)
+    monkeypatch.setitem(mirrored_worker._LAST, "threads", None)
+    built = [(lambda: None, 1, "cpu"), (lambda: None, 2, "cpu"), (lambda: None, 2, "cpu")]
+    for i in (0, 0, 1, 2, 0):
+        mirrored_worker.handle({"case": i, "calls": 1}, built, cases, torch)
+    assert slept == [mirrored.HANDOVER_S] * 2  # 1 -> 2 and 2 -> 1 threads; not 1 -> 1 nor 2 -> 2
