@@ -355,3 +355,23 @@ def test_the_worker_pauses_before_a_block_at_another_thread_count_than_the_last(
     for i in (0, 0, 1, 2, 0):
         mirrored_worker.handle({"case": i, "calls": 1}, built, cases, torch)
     assert slept == [mirrored.HANDOVER_S] * 2  # 1 -> 2 and 2 -> 1 threads; not 1 -> 1 nor 2 -> 2
+
+
+def test_the_threads_pairs_run_in_a_worker_of_their_own_so_the_others_never_see_the_thread_count_set(
+        tmp_path, monkeypatch):
+    made = {}
+
+    class Recorded(OneWorker):
+        def __init__(self, label, *args, **kwargs):
+            super().__init__(label)
+            made[label] = self
+
+        def start(self, todo):
+            self.areas = {area for area, _, _ in todo}
+            return super().start(todo)
+
+    monkeypatch.setattr(pairs, "Worker", Recorded)
+    assert attention_bench(["pairs", "--grid", "quick", "--kind", "threads", "--kind", "c1", "--kind", "heads",
+                            "--record", str(tmp_path / "p.json"), "--device", "cpu", "--budget", "0.000001",
+                            "--no-progress"]) == 0
+    assert {label: w.areas for label, w in made.items()} == {"threads": {"threads"}, "c1": {"models", "multihead"}}
