@@ -16,9 +16,6 @@ the other pairs'). The pairs:
             time (the Transformer's speed-up; below 1, the RNN is faster)
     heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
             small heads)
-    threads per workload of the threads area, its time on 1 thread over its time on p (claim C1's strong scaling:
-            the speed-up p threads give), both counts in a worker of their own (``OWN_WORKER``), which pauses
-            HANDOVER_S before a block at another count than the last block's
     c2      per backend, equation (1) at n = C2_SEQ_LENS against the calibration's largest GEMM: the GEMM's time
             over attention's, times attention's matmul FLOPs over the GEMM's, is the fraction of the GEMM's rate
             that attention reaches in the same moments (claim C2's figure, which a peak calibrated minutes
@@ -79,7 +76,6 @@ KINDS = {
     "heads": ("multihead", "forward", "heads", 1, 64, "64 heads' cost over 1 head's (time h=64 / time h=1)"),
     "c2": ("attention", "forward", None, "attention", "gemm",
            "the GEMM's time over attention's (x their matmul FLOPs, attention's fraction of the GEMM's rate)"),
-    "threads": ("threads", "forward", "threads", None, 1, "speed-up on p threads over 1 (time on 1 thread / on p)"),
 }
 #: what a kind's worker runs with beyond the command's regime (a named condition, shown with its figures): C2 is a
 #: kernel's rate against the GEMM's, so its attention runs with glibc's allocator fixed; with the default allocator
@@ -87,10 +83,6 @@ KINDS = {
 #: with what else the process allocated (12 or 26 ms at n = 128 on the VM: 0 or 8,000-12,000 faults a call),
 #: and the grid's curves show that cost with both states
 KIND_ENV = {"c2": FIXED_ALLOCATOR}
-#: the kinds whose pairs run in a worker of their own: C2's (``KIND_ENV``) and the threads pairs', which set torch's
-#: thread count, and a process that calls ``torch.set_num_threads`` at all runs small operators slower from then
-#: on (``area.using_threads``): the other kinds' cases, in the worker the grid's regime has, never see it called
-OWN_WORKER = ("c2", "threads")
 #: calls a warm-up may add while a call still faults pages in, in a worker with glibc's allocator fixed (``KIND_ENV``'s,
 #: or every worker with --fixed-allocator): then the heap grows over a case's first calls (the math backend at
 #: n = 1024 faulted 20 MB a call in the blocks of two sessions of three after the two calls that warm it), then stays
@@ -106,9 +98,6 @@ def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, s
     area, method, axis, a, b, _ = KINDS[kind]
     if area not in cases.GRIDS[grid]:
         return []
-    if kind == "threads":  # each workload at every count p > 1 against 1 thread, on the CPU (the area's only device)
-        return [((area, params, method), (area, {**params, axis: b}, method)) for params in cases.select(area, grid)
-                if device == "cpu" and params[axis] != b and cases.on_grid(area, {**params, axis: b}, grid)]
     if kind == "c2":
         gemm = ("gemm", ceiling(device), method)
         return [((area, params, method), gemm) for params in cases.select(area, grid, device=device)
@@ -139,16 +128,15 @@ def key(case: tuple[str, dict, str]) -> str:
 def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None,
         chosen: list[tuple[str, dict]] | None = None):
     """Measure every pair of ``kinds`` (of the ``chosen`` cases: ``within``): (rows, rounds, seconds, what stopped
-    it early: None, a KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of the kinds in
-    ``OWN_WORKER`` run in a worker of their own, with their settings (``KIND_ENV``); each row keeps its
+    it early: None, a KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with
+    settings of its own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its
     worker's."""
     listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, chosen)]
     envs = {kind: {**(env or {}), **KIND_ENV.get(kind, {})} for kind in kinds}
     workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
     worker_of: dict[str, str] = {}
     for kind in dict.fromkeys(kind for kind, _ in listed):
-        shared = (w for w in workers if kind not in OWN_WORKER and w not in OWN_WORKER and envs[w] == envs[kind])
-        worker_of[kind] = next(shared, kind)
+        worker_of[kind] = next((w for w in workers if envs[w] == envs[kind]), kind)
         if worker_of[kind] not in workers:
             fixed = FIXED_ALLOCATOR.items() <= envs[kind].items()
             workers[kind] = Worker(kind, ROOT, ROOT, envs[kind], settle=SETTLE_CALLS if fixed else 0)
@@ -184,7 +172,6 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates(), strict=True)):
         area, method, axis, a, b, meaning = KINDS[kind]
         same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
-        a = pa[1][axis] if kind == "threads" else a  # p, the count against 1 thread
         row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
                "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": envs[kind]}
         if est is None:

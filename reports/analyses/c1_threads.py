@@ -1,8 +1,7 @@
 """C1 on CPU threads: strong scaling, speed-up T(1)/T(p) and parallel efficiency, of fixed workloads. Where the
 run timed a workload at 1 and p threads in the same processes (the runner's rounds), its speed-up is the one taken
 process by process (``reports.spans_over_processes.speedups``), not the ratio of two medians whose processes and
-moments differ; where the pairs timed it (``benchmarks.pairs``, kind threads: 1 and p threads in mirrored blocks),
-``paired.reconcile`` answers with theirs."""
+moments differ."""
 
 from __future__ import annotations
 

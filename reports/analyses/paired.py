@@ -40,7 +40,6 @@ def table(records: list[dict]) -> pd.DataFrame:
              "low": p["low"], "high": p["high"], "rounds": p["rounds"], "a_s": p["a_s"], "b_s": p["b_s"],
              "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
              "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
-             "workload": p["params"].get("workload"), "p": p.get("a") if p["kind"] == "threads" else None,
              **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes")),
              "settings": _settings(p.get("worker_env"), r.get("worker_env"))}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
@@ -93,13 +92,11 @@ def analyse(records: list[dict]) -> Analysis:
     t = table(records)
     if t.empty:
         return a.without("no paired ratios", MISSING)
-    shown = t.drop(columns=["preset", "seq_len", "strategy", "backend", "workload", "p"]).set_index(
-        ["kind", "device", "case"])
+    shown = t.drop(columns=["preset", "seq_len", "strategy", "backend"]).set_index(["kind", "device", "case"])
     a.tables["paired_ratios"] = shown
     a.units["paired_ratios"] = ("b/a with its 95% interval (low-high), rounds, and each side's median time (s); "
                                 "c1: RNN time / Transformer time (above 1: the Transformer is faster); heads: "
-                                "time with 64 heads / with 1 head, at equal FLOPs; threads: time on 1 thread / on "
-                                "p threads (the speed-up)")
+                                "time with 64 heads / with 1 head, at equal FLOPs")
     parts, answer = [], []
     c1 = t[t.kind == "c1"]
     if not c1.empty:
@@ -130,15 +127,6 @@ def analyse(records: list[dict]) -> Analysis:
         answer.append(f"64 heads cost {fmt_ratio(lo)}-{fmt_ratio(hi)} one head")
         for r in heads.itertuples():
             a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
-    threads = t[t.kind == "threads"]
-    if not threads.empty:
-        parts.append("C1, strong scaling, time on 1 thread over time on p: "
-                     + "; ".join(f"{r.workload} on {int(r.p)} {fmt_ratio(r.ratio)} ({r.low:.2f}-{r.high:.2f})"
-                                 for r in threads.itertuples()))
-        answer.append(f"{int(threads.p.max())} threads give {fmt_ratio(threads.ratio.min())}-"
-                      f"{fmt_ratio(threads.ratio.max())} one thread's speed")
-        for r in threads.itertuples():
-            a.numbers[f"threads_{r.workload}_p{int(r.p)}_{r.device}"] = r.ratio
     a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
                                     f"{int(t.rounds.max())} rounds in fresh processes; its interval is where a "
                                     "rerun's ratio lands (95%), from the spread between the processes.")
@@ -183,8 +171,8 @@ def _agree(paired: tuple[float, float, float], grid: tuple[float, float, float] 
     return paired[1] <= value <= paired[2]
 
 
-def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict], c2: Analysis | None = None,
-              threads: Analysis | None = None) -> None:
+def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict], c2: Analysis | None = None
+              ) -> None:
     """One answer per ratio: where a ratio was timed paired, the C1, C2 and C3/C4 answers give the paired figure
     with its 95% interval in place of the grid's, and say so where the grid's figure disagrees with it
     (``_agree``: further apart than the two intervals allow, or its value outside where it has none); the
@@ -193,9 +181,6 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
     if t.empty:
         return
     checked, disagree = _reconcile_c2(c2, t) if c2 is not None else (0, [])
-    if threads is not None:
-        more, apart = _reconcile_threads(threads, t)
-        checked, disagree = checked + more, disagree + apart
     factors = c1.tables.get("factors", pd.DataFrame())
     c1_pairs = t[t.kind == "c1"]
     if not factors.empty and not c1_pairs.empty:
@@ -298,40 +283,6 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
                              f"{device}: " + ", ".join(p) + "." for device, p in phrases.items())
         if _with(pairs):
             c2.conditions += f"; the paired fractions{_with(pairs)}"
-    return checked, disagree
-
-
-def _reconcile_threads(threads: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
-    """C1's strong scaling from its paired speed-ups: each workload's speed-up on p threads, timed at 1 and p in
-    mirrored blocks, in place of the grid's (its rounds' processes), and where the grid's disagrees with it
-    (``_agree``), said so. Returns (figures checked, those that disagree)."""
-    pairs = t[(t.kind == "threads") & (t.device == "cpu")]
-    if pairs.empty:
-        return 0, []
-    checked, disagree, phrases, p = 0, [], [], None
-    for key in list(threads.quoted):
-        if not (m := re.fullmatch(r"speedup_(.+)_p(\d+)", key)):
-            continue
-        workload, p = m.group(1), int(m.group(2))
-        value = threads.numbers[key]
-        low, high = threads.intervals.get(key, (value, value))
-        grid = f"{value:.2f}×" + (f" ({low:.2f}-{high:.2f})" if key in threads.intervals else "")
-        q = pairs[(pairs.workload == workload) & (pairs.p == p)]
-        if q.empty:
-            phrases.append(f"{workload} {grid} (grid only)")
-            continue
-        q = q.iloc[0]
-        checked += 1
-        threads.numbers[f"paired_{key}"] = q.ratio
-        threads.quoted = [f"paired_{key}" if k == key else k for k in threads.quoted]
-        shown = threads.interval(f"paired_{key}", q.low, q.high)
-        phrase = f"{workload} {q.ratio:.2f}× (paired, 95% {shown[0]:.2f}-{shown[1]:.2f})"
-        if not _agree((q.ratio, q.low, q.high), (value, low, high) if key in threads.intervals else None, value):
-            disagree.append(f"C1 threads {workload}")
-            phrase = phrase[:-1] + f"; the grid gave {grid}, apart from it)"
-        phrases.append(phrase)
-    if checked:
-        threads.answer = f"Speed-up on {p} threads over 1: " + ", ".join(phrases) + "."
     return checked, disagree
 
 

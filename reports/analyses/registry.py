@@ -63,7 +63,7 @@ def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame 
         out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
         by_key = {a.key: a for a in out}
         paired.reconcile(by_key["c1_length"], by_key["c3_heads"], by_key["paired"], inputs["pairs"],  # one answer
-                         by_key["c2_roofline"], by_key["c1_threads"])
+                         by_key["c2_roofline"])
     finally:
         base.BETWEEN.reset(token)
     return out + [hardware.analyse(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]

@@ -22,9 +22,6 @@ import time
 
 #: set in a worker's environment, it calls torch.set_num_threads with the count torch already has, once
 SET_THREADS = "ATTENTION_BENCH_SET_THREADS"
-#: the thread count the last call ran at: a block at another count waits ``mirrored.HANDOVER_S`` first, so that the
-#: threads the last count left spinning sleep (one case at 1 and 2 threads: ``benchmarks.pairs``, kind threads)
-_LAST = {"threads": None}
 
 
 def main(root: str) -> None:
@@ -71,15 +68,11 @@ def handle(request: dict, built: list, cases, torch) -> dict:
                 built.append(None)
                 errors.append(f"{type(error).__name__}: {error}")
         return {"errors": errors}
-    from benchmarks.core.pairing.mirrored import HANDOVER_S  # the suite's, once ``main`` has set the path
-    from benchmarks.core.timing.measure import FAULT_PAGES, settle
+    from benchmarks.core.timing.measure import FAULT_PAGES, settle  # the suite's, once ``main`` has set the path
 
     fn, threads, device = built[case_of(request)]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with cases.using_threads(threads):
-        if "case" in request and _LAST["threads"] not in (None, torch.get_num_threads()):
-            time.sleep(HANDOVER_S)
-        _LAST["threads"] = torch.get_num_threads()
         if "probe" in request:
             settle(fn, max(1, request.get("settle", 1)))
             sync()
