@@ -88,9 +88,10 @@ def _time_pairs(args, out: str, todo: list[tuple[str, dict]]) -> None:
     """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured,
     of the run's cases (``todo``: its --area, --param and --device); a worker that dies is said, and the report
     goes on without that device's pairs."""
+    keys = pairs.chosen_keys(todo)
     for device in sorted({p.get("device", "cpu") for _, p in todo} & set(machine.local_devices())):
         kinds = [k for k in pairs.KINDS
-                 if any(pairs.within(pair, todo) for pair in pairs.pairs_of(k, args.grid, device))]
+                 if any(pairs.within(pair, keys) for pair in pairs.pairs_of(k, args.grid, device))]
         if not kinds:
             continue
         try:

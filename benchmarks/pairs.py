@@ -112,12 +112,16 @@ def pairs_of(kind: str, grid: str, device: str) -> list[tuple[tuple[str, dict, s
     return out
 
 
-def within(pair, chosen: list[tuple[str, dict]] | None) -> bool:
-    """Whether both cases of ``pair`` are among ``chosen`` (a run's cases, as (area, params): its --area, --param and
-    --device); the GEMM that C2 holds attention to is no grid case, and counts as chosen. None: every pair."""
-    grid_cases = {case_key(area, "", params) for area, params in chosen or ()}
-    return chosen is None or all(area == "gemm" or case_key(area, "", params) in grid_cases
-                                 for area, params, _ in pair)
+def chosen_keys(chosen: list[tuple[str, dict]] | None) -> set[str] | None:
+    """The case keys of ``chosen`` (a run's cases, as (area, params): its --area, --param and --device), which
+    ``within`` reads; None: every case."""
+    return None if chosen is None else {case_key(area, "", params) for area, params in chosen}
+
+
+def within(pair, chosen: set[str] | None) -> bool:
+    """Whether both cases of ``pair`` are among the ``chosen`` ones (``chosen_keys``); the GEMM that C2 holds
+    attention to is no grid case, and counts as chosen. None: every pair."""
+    return chosen is None or all(area == "gemm" or case_key(area, "", params) in chosen for area, params, _ in pair)
 
 
 def key(case: tuple[str, dict, str]) -> str:
@@ -131,7 +135,8 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     it early: None, a KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with
     settings of its own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its
     worker's."""
-    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, chosen)]
+    keys = chosen_keys(chosen)
+    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, keys)]
     envs = {kind: {**(env or {}), **KIND_ENV.get(kind, {})} for kind in kinds}
     workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
     worker_of: dict[str, str] = {}

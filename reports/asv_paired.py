@@ -25,7 +25,6 @@ from benchmarks.core.records import UnreadableRecord, read_json, write_json_atom
 
 from .asv_table import PAIRED_PREFIX, asv_classes
 
-HISTORIES = history.HISTORIES
 PREFIX = PAIRED_PREFIX
 #: what asv's graphs label the values with
 UNIT = "time / reference's"
@@ -147,7 +146,7 @@ def _date(record: dict) -> int:
         return int(dt.datetime.fromisoformat(made).timestamp() * 1000) if made else 0
 
 
-def folders(root: str = HISTORIES) -> list[str]:
+def folders(root: str = history.HISTORIES) -> list[str]:
     """The history folders under ``root`` (a history is a folder of records; other files there are not)."""
     found = [os.path.join(root, d) for d in sorted(os.listdir(root))] if os.path.isdir(root) else []
     return [f for f in found if os.path.isdir(f)]
