@@ -24,6 +24,9 @@ the other pairs'). The pairs:
             (``measure.memory_states``, from each block's page faults), the fraction is the faster state's,
             and both are kept
 
+Where a side of a c1 or heads pair ran in two memory states across the sessions, its ratio is over the sessions
+of the state more of them drew, and both states are kept (``in_memory_states``).
+
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
 (each in a fresh worker: a ratio is over three processes at least, whatever the budget). Ctrl-C (exit code 130)
@@ -32,31 +35,19 @@ or a worker that dies or stops answering (2) still saves the ratios measured so 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 
-import numpy as np
 import torch
 
 from . import cases
 from .ceiling import ceiling
 from .core import envelope, guards
 from .core.hardware import machine
-from .core.pairing.mirrored import (
-    FIXED_ALLOCATOR,
-    HANDOVER_S,
-    Estimate,
-    MirroredRounds,
-    Side,
-    Worker,
-    WorkerDied,
-    estimate,
-)
+from .core.pairing.mirrored import FIXED_ALLOCATOR, HANDOVER_S, Side, Worker, WorkerDied
+from .core.pairing.sessions import PairRounds, fraction_of_gemm, in_memory_states
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
-from .core.timing import measure as timing
-from .core.timing import rerun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: rounds per worker process: a ratio's interval is over its sessions (a process's draw is a sample of what a
@@ -191,6 +182,8 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
                        round_faults=rounds_of.faults[p])
             if kind == "c2":
                 row.update(fraction_of_gemm(rounds_of, p, est, flops[key(pa)], flops[key(pb)]))
+            else:
+                row.update(in_memory_states(rounds_of, p, est))
         rows.append(row)
     plain = next((workers[w] for w in workers if envs[w] == (env or {})), next(iter(workers.values()), None))
     return rows, rounds, time.monotonic() - started, stopped, plain.regime if plain else None
@@ -200,89 +193,6 @@ def matmul_flops(case: tuple[str, dict, str]) -> int:
     """The matmul FLOPs of one call of a case (built here once: the FLOP model reads its sizes)."""
     area, params, method = case
     return cases.build(area, params).work(method)[1].matmul_total
-
-
-class PairRounds(MirroredRounds):
-    """The pairs' rounds; each ratio's interval is where a rerun's lands."""
-
-    #: each pair's kind (``KINDS``): an interval's prior is the typical variance of the pairs of its kind (C2's, a
-    #: GEMM of 100 ms a block beside attention in two memory states, move between sessions as C1's do not); unset:
-    #: one kind
-    kinds: list[str] | None = None
-
-    def session_means(self) -> list[np.ndarray]:
-        """Each pair's mean log ratio per session, in session order."""
-        logs = [(np.log(r), np.asarray(s)) for r, s in zip(self.ratios, self.sessions, strict=True)]
-        return [np.array([x[s == k].mean() for k in dict.fromkeys(s)]) for x, s in logs]
-
-    def estimates(self) -> list[Estimate | None]:
-        """Each pair's ratio (the trimmed mean of its rounds, ``mirrored.estimate``) with the interval where a
-        rerun's lands (``rerun.half_width`` of its sessions' mean log ratios, moderated by the variance typical
-        of this run's pairs of its kind); a pair timed in one session keeps its rounds' bootstrap interval."""
-        means = self.session_means()
-        priors = self.priors(means)
-        return [est if est is None else self.widened(est, means[p], priors[p])
-                for p, est in enumerate(super().estimates())]
-
-    def priors(self, means: list[np.ndarray]) -> list[float | None]:
-        """Each pair's prior: the variance typical of this run's pairs of its kind, from their session means."""
-        kinds = self.kinds or [None] * len(means)
-        typical = {k: rerun.typical_variance([m for m, j in zip(means, kinds, strict=True) if len(m) > 1 and j == k])
-                   for k in set(kinds)}
-        return [typical[k] for k in kinds]
-
-    @staticmethod
-    def widened(est: Estimate, means: np.ndarray, prior: float | None, one: bool = False) -> Estimate:
-        """``est`` with the interval where a rerun's lands, from the session means ``means`` it is over, moderated
-        by ``prior``; as it is from one session, unless ``one`` (a part of a pair's sessions, which may be one:
-        the prior alone then)."""
-        width = math.nan if len(means) < 2 and not (one and prior) else rerun.half_width(means, prior, of="mean")
-        return est if math.isnan(width) else Estimate(est.ratio, *rerun.interval(est.ratio, width), est.rounds)
-
-    def over_sessions(self, p: int, keep: list[int]) -> Estimate:
-        """Pair ``p``'s estimate over the rounds of sessions ``keep`` only, its interval as ``estimates`` draws it."""
-        rounds = [i for i, s in enumerate(self.sessions[p]) if s in keep]
-        est = estimate([self.ratios[p][i] for i in rounds], [self.sessions[p][i] for i in rounds])
-        order = list(dict.fromkeys(self.sessions[p]))
-        means = self.session_means()
-        return self.widened(est, means[p][[order.index(k) for k in dict.fromkeys(keep)]], self.priors(means)[p],
-                            one=True)
-
-
-def memory_state_sessions(rounds_of: PairRounds, p: int) -> tuple[list[int], list[dict] | None]:
-    """(the sessions of pair ``p`` that count, the two memory states or None): where its side a (attention)
-    faulted its intermediates in afresh on every call in some sessions and not in others (``measure.modes_of`` over
-    the sessions, ``measure.memory_states``), the sessions of the faster state count; otherwise all of them."""
-    order = list(dict.fromkeys(rounds_of.sessions[p]))
-    means = rounds_of.session_means()[p]
-    faults = []
-    for k in order:
-        counted = [f["a"] for f, s in zip(rounds_of.faults[p], rounds_of.sessions[p], strict=True)
-                   if s == k and f.get("a") is not None]
-        faults.append(float(np.median(counted)) if counted else None)
-    # a session as a round of one block: its level (a's time in units of b's) and its faults, no spread of its own
-    level = [{"median_s": math.exp(-m), "q25_s": math.exp(-m), "q75_s": math.exp(-m), "blocks": 1,
-              **({"faults_per_call": f} if f is not None else {})} for m, f in zip(means, faults, strict=True)]
-    modes = timing.modes_of(level)
-    if not timing.memory_states(modes):
-        return order, None
-    fast = sorted(range(len(order)), key=lambda i: level[i]["median_s"])[: modes[0]["processes"]]
-    return [order[i] for i in sorted(fast)], modes
-
-
-def fraction_of_gemm(rounds_of: PairRounds, p: int, est: Estimate, flops_a: int, flops_b: int) -> dict:
-    """A c2 pair's fraction of the GEMM's rate (the ratio, GEMM time over attention time, times attention's
-    matmul FLOPs over the GEMM's), with its interval, over the sessions of attention's faster memory state where
-    it ran in two (``memory_state_sessions``; both states kept, each with its fraction and sessions)."""
-    keep, modes = memory_state_sessions(rounds_of, p)
-    scale = flops_a / flops_b
-    counted = est if modes is None else rounds_of.over_sessions(p, keep)
-    out = {"flops_a": flops_a, "flops_b": flops_b, "fraction": counted.ratio * scale,
-           "fraction_low": counted.low * scale, "fraction_high": counted.high * scale, "fraction_sessions": keep}
-    if modes is not None:
-        out["modes"] = [{"fraction": scale / m["time_s"], "sessions": m["processes"],
-                         "faults_per_call": m.get("faults_per_call")} for m in modes]
-    return out
 
 
 def label(row: dict) -> str:
@@ -298,18 +208,23 @@ def show(rows: list[dict]) -> str:
             lines.append(f"{label(r)[:52]:<52} skipped: {r['reason']}")
             continue
         lines.append(f"{label(r)[:52]:<52} {r['a_s'] * 1e3:>8.2f}ms {r['b_s'] * 1e3:>8.2f}ms {r['ratio']:>7.3f} "
-                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['rounds']}" + fraction_said(r))
+                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['rounds']}" + notes(r))
     return "\n".join(lines)
 
 
-def fraction_said(row: dict) -> str:
-    """'  (55% of the GEMM's rate, 50-60%)' for a c2 pair, with both memory states where it ran in two; else ''."""
+def notes(row: dict) -> str:
+    """What a pair's ratio comes with: '  (55% of the GEMM's rate, 50-60%)' for a c2 pair, with both memory states
+    where it ran in two; for another pair that ran in two, '  (two memory states: 2 sessions at 4.40, counted; 1
+    session at 2.16)'; else ''."""
+    def states(figure) -> str:
+        return "two memory states: " + "; ".join(
+            f"{m['sessions']} session{'s' * (m['sessions'] != 1)} at {figure(m)}" + (", counted" if m.get("counted")
+                                                                                     else "")
+            for m in row["modes"])
     if "fraction" not in row:
-        return ""
-    states = "; ".join(f"{m['sessions']} session{'s' * (m['sessions'] != 1)} at {m['fraction']:.0%}"
-                       for m in row.get("modes") or [])
+        return f"  ({states(lambda m: format(m['ratio'], '.2f'))})" if row.get("modes") else ""
     return (f"  ({row['fraction']:.0%} of the GEMM's rate, {row['fraction_low']:.0%}-{row['fraction_high']:.0%}"
-            + (f"; two memory states: {states}" if states else "") + ")")
+            + (f"; {states(lambda m: format(m['fraction'], '.0%'))}" if row.get("modes") else "") + ")")
 
 
 def kept_pairs(record: str, kinds: list[str], grid: str, device: str) -> list[dict]:

@@ -18,6 +18,7 @@ import os
 import re
 import statistics
 
+from benchmarks import pairs
 from benchmarks.core import envelope
 from benchmarks.core.records import read_json, short
 from benchmarks.core.timing import rerun
@@ -222,8 +223,7 @@ def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[s
             lines.append(f"| {p['meaning']} | {case} | | | | skipped: {p['reason']} | |")
             continue
         a, b = (f"{p['axis']} {v}" if p.get("axis") else str(v) for v in (p["a"], p["b"]))  # c2: no axis
-        fraction = (f" ({p['fraction']:.0%} of the GEMM's rate, {p['fraction_low']:.0%}-{p['fraction_high']:.0%})"
-                    if "fraction" in p else "")
+        fraction = pairs.notes(p)[1:]  # c2's fraction of the GEMM's rate; the memory states where there were two
         lines.append(f"| {p['meaning']} | {case} | {a}: {p['a_s'] * 1e3:.1f} ms | "
                      f"{b}: {p['b_s'] * 1e3:.1f} ms | {p['ratio']:.3f}{fraction} | "
                      f"{p['low']:.3f}-{p['high']:.3f} | {p['rounds']} |")

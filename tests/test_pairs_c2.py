@@ -15,7 +15,7 @@ from benchmarks import cases, pairs
 from benchmarks.ceiling import ceiling
 from benchmarks.core import records
 from benchmarks.core.hardware import machine
-from benchmarks.core.pairing import mirrored, mirrored_worker
+from benchmarks.core.pairing import mirrored, mirrored_worker, sessions
 from benchmarks.core.timing import measure
 from reports.analyses.base import Analysis
 from reports.analyses.paired import analyse, reconcile
@@ -53,7 +53,7 @@ def test_the_worker_says_the_page_faults_per_call_of_a_block():
     assert mirrored_worker.handle({"case": 0, "calls": 3}, [(lambda: None, None, "cpu")], cases, torch)["faults"] < 100
 
 
-class Sessions(pairs.PairRounds):
+class Sessions(sessions.PairRounds):
     """A c2 pair's rounds as ``pairs.run`` leaves them: each session's ratios (GEMM time over attention time) and
     side a's page faults per call."""
 
@@ -68,19 +68,19 @@ def test_the_fraction_is_the_ratio_times_the_flops_and_the_faster_memory_state_c
     flops_a, flops_b = 10**9, 4 * 10**9  # attention does a quarter of the GEMM's work
     steady = Sessions([([2.0, 2.1], 0.0), ([1.9, 2.0], 0.0), ([2.0, 2.05], 0.0)])
     est = steady.estimates()[0]
-    got = pairs.fraction_of_gemm(steady, 0, est, flops_a, flops_b)
+    got = sessions.fraction_of_gemm(steady, 0, est, flops_a, flops_b)
     assert got["fraction"] == pytest.approx(est.ratio / 4) and "modes" not in got
     assert got["fraction_low"] == pytest.approx(est.low / 4) and got["fraction_sessions"] == [0, 1, 2]
     # session 1 faulted its scores in afresh on every call (the slower memory state): half the rate
     split = Sessions([([2.0, 2.1], 10.0), ([1.0, 1.05], 12000.0), ([2.05, 2.0], 0.0)])
-    got = pairs.fraction_of_gemm(split, 0, split.estimates()[0], flops_a, flops_b)
+    got = sessions.fraction_of_gemm(split, 0, split.estimates()[0], flops_a, flops_b)
     assert got["fraction_sessions"] == [0, 2] and got["fraction"] == pytest.approx(2.04 / 4, rel=0.02)
     fast, slow = got["modes"]
     assert (fast["sessions"], slow["sessions"]) == (2, 1) and slow["fraction"] == pytest.approx(1.025 / 4, rel=0.02)
     assert got["fraction_low"] <= got["fraction"] <= got["fraction_high"]
     # the same two levels without a fault split are not two memory states: every session counts
     noise = Sessions([([2.0, 2.1], 10.0), ([1.0, 1.05], 20.0), ([2.05, 2.0], 0.0)])
-    assert pairs.fraction_of_gemm(noise, 0, noise.estimates()[0], flops_a, flops_b)["fraction_sessions"] == [0, 1, 2]
+    assert sessions.fraction_of_gemm(noise, 0, noise.estimates()[0], flops_a, flops_b)["fraction_sessions"] == [0, 1, 2]
     assert measure.STATE_PAGES < 12000
 
 
@@ -163,7 +163,7 @@ def test_the_docs_render_a_c2_pair_with_its_fraction():
 
 def test_a_faster_state_of_one_session_gets_the_interval_of_the_runs_typical_variance():
     one = Sessions([([2.0], 10.0), ([1.0], 12000.0), ([1.05], 11000.0)])
-    got = pairs.fraction_of_gemm(one, 0, one.estimates()[0], 1, 4)
+    got = sessions.fraction_of_gemm(one, 0, one.estimates()[0], 1, 4)
     assert got["fraction_sessions"] == [0] and got["fraction"] == pytest.approx(0.5)
     assert 0 < got["fraction_low"] < 0.5 < got["fraction_high"] < 10  # not the (0, inf) of one round's bootstrap
 

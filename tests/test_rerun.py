@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import pairs
-from benchmarks.core.pairing import mirrored
+from benchmarks.core.pairing import mirrored, sessions
 from benchmarks.core.timing import measure, rerun
 from reports import spans_over_processes, tidy
 from reports.analyses.spread import ratio_interval
@@ -103,11 +103,11 @@ def test_a_time_over_processes_states_where_a_rerun_lands_and_keeps_its_processe
     assert {"lowest", "highest"} <= set(table.columns) and isinstance(table, pd.DataFrame)
 
 
-def _pair_rounds(per_pair: list[list[list[float]]]) -> pairs.PairRounds:
+def _pair_rounds(per_pair: list[list[list[float]]]) -> sessions.PairRounds:
     """PairRounds holding each pair's rounds, grouped by session (no worker started)."""
-    rounds_of = pairs.PairRounds([], [], [(None, None)] * len(per_pair), pairs.BLOCK_S)
-    for p, sessions in enumerate(per_pair):
-        for s, ratios in enumerate(sessions):
+    rounds_of = sessions.PairRounds([], [], [(None, None)] * len(per_pair), pairs.BLOCK_S)
+    for p, per_session in enumerate(per_pair):
+        for s, ratios in enumerate(per_session):
             rounds_of.ratios[p] += ratios
             rounds_of.sessions[p] += [s] * len(ratios)
     return rounds_of

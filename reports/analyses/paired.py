@@ -59,13 +59,18 @@ def _settings(mine: dict | None, record: dict | None) -> str | None:
 
 
 def _states(modes: list[dict] | None) -> str | None:
-    """'2 of 3 sessions; the other at 24%' for a c2 pair whose sessions ran attention in two memory states."""
+    """Where a pair's sessions ran one side in two memory states: "its faster memory state, 2 of 3 sessions; the
+    other was at 24%" (c2: the faster state counts), "its memory state of 2 sessions of 3; the other was at 2.16×"
+    (another pair: the state more sessions drew counts)."""
     if not modes:
         return None
-    fast, slow = modes
-    total = fast["sessions"] + slow["sessions"]
-    return (f"its faster memory state, {fast['sessions']} of {total} sessions; the "
-            f"{'other was' if slow['sessions'] == 1 else 'others were'} at {slow['fraction']:.0%}")
+    counted = next((m for m in modes if m.get("counted")), modes[0])
+    other = next(m for m in modes if m is not counted)
+    total = counted["sessions"] + other["sessions"]
+    was = f"{'other was' if other['sessions'] == 1 else 'others were'} at"
+    if "fraction" in counted:
+        return f"its faster memory state, {counted['sessions']} of {total} sessions; the {was} {other['fraction']:.0%}"
+    return f"its memory state of {counted['sessions']} of {total} sessions; the {was} {fmt_ratio(other['ratio'])}"
 
 
 def _c2_phrase(row) -> str:
@@ -80,7 +85,8 @@ def _percents(low: float, high: float) -> str:
 
 def _c1_phrase(row) -> str:
     where = f"{row.preset} n = {int(row.seq_len)}"
-    ratio = f"{fmt_ratio(row.ratio)}, {row.low:.2f}-{row.high:.2f}"
+    ratio = f"{fmt_ratio(row.ratio)}, {row.low:.2f}-{row.high:.2f}" + (f"; {row.states}" if isinstance(
+        row.states, str) else "")
     if row.low <= 1 <= row.high:
         return f"{where}: parity ({ratio})"
     return f"{where}: the {'Transformer' if row.ratio > 1 else 'RNN'} faster ({ratio})"
@@ -121,7 +127,8 @@ def analyse(records: list[dict]) -> Analysis:
     heads = t[t.kind == "heads"]
     if not heads.empty:
         parts.append("C3, 64 heads of d_model/64 against 1 head of d_model at equal FLOPs: "
-                     + "; ".join(f"{r.strategy} {fmt_ratio(r.ratio)} ({r.low:.2f}-{r.high:.2f})"
+                     + "; ".join(f"{r.strategy} {fmt_ratio(r.ratio)} ({r.low:.2f}-{r.high:.2f}"
+                                 + (f"; {r.states}" if isinstance(r.states, str) else "") + ")"
                                  for r in heads.itertuples()))
         lo, hi = heads.ratio.min(), heads.ratio.max()
         answer.append(f"64 heads cost {fmt_ratio(lo)}-{fmt_ratio(hi)} one head")
@@ -202,7 +209,8 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             c1.quoted = [f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}" if k == f"speedup_{r.device}_{r.preset}_"
                          f"n{r.seq_len}" else k for k in c1.quoted]
             shown = c1.interval(f"paired_speedup_{r.device}_{r.preset}_n{r.seq_len}", q.low, q.high)
-            phrase = f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {shown[0]:.2f}-{shown[1]:.2f})"
+            phrase = (f"{where}: {fmt_ratio(q.ratio)} (paired, 95% {shown[0]:.2f}-{shown[1]:.2f}"
+                      + (f"; {q.states}" if isinstance(q.states, str) else "") + ")")
             if not _agree((q.ratio, q.low, q.high), (r.speedup, low, high) if spread else None, r.speedup):
                 disagree.append(f"C1 {where}")
                 phrase += (f", but the grid gave {fmt_ratio(r.speedup)}"
@@ -228,7 +236,8 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
             grid_key = f"time_ratio_h{hi}_over_h{lo}_{strategy}"
             heads.quoted = [f"paired_{k}" if k == grid_key else k for k in heads.quoted]
             shown = heads.interval(f"paired_time_ratio_h{hi}_over_h{lo}_{strategy}", q.low, q.high)
-            part = f"{q.ratio:.2f}× ({strategy}, paired, 95% {shown[0]:.2f}-{shown[1]:.2f})"
+            part = (f"{q.ratio:.2f}× ({strategy}, paired, 95% {shown[0]:.2f}-{shown[1]:.2f}"
+                    + (f"; {q.states}" if isinstance(q.states, str) else "") + ")")
             grid = ranges[ranges.strategy == strategy] if not ranges.empty else ranges
             low, high = (grid.low.iloc[0], grid.high.iloc[0]) if not grid.empty else (ratio, ratio)
             if not _agree((q.ratio, q.low, q.high), None if grid.empty else (ratio, low, high), ratio):
