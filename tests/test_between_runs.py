@@ -138,6 +138,13 @@ def test_batches_of_runs_are_pooled_by_their_degrees_of_freedom_and_a_batch_meas
     between_runs.save(facts, batch([str(tmp_path / f"link-{n}") for n in ("c1", "c2", "c3")], 0.002))
     kept = between_runs.load(facts)
     assert kept["batches"] == 3 and kept["runs"][-3:] == [str((tmp_path / n).resolve()) for n in ("c1", "c2", "c3")]
+    for n in ("c1", "c2", "c3"):  # copies of run folders are the same runs: their batch replaces the originals'
+        (tmp_path / n / "machine.json").write_text(json.dumps({"name": "vm", "calibrations": [{"at": n}]}))
+        shutil.copytree(tmp_path / n, tmp_path / f"copy-{n}")
+    between_runs.save(facts, batch([str(tmp_path / n) for n in ("c1", "c2", "c3")], 0.004))
+    between_runs.save(facts, batch([str(tmp_path / f"copy-{n}") for n in ("c1", "c2", "c3")], 0.002))
+    kept = between_runs.load(facts)
+    assert kept["batches"] == 3 and kept["runs"][-3:] == [str(tmp_path / f"copy-{n}") for n in ("c1", "c2", "c3")]
 
 
 def test_an_analysis_adds_its_groups_variance_between_runs_to_the_interval_it_sets():

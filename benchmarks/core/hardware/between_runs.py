@@ -53,17 +53,31 @@ def pooled(batches: list[dict]) -> dict:
             "batches": len(batches)}
 
 
+def identity(folder: str) -> str | None:
+    """What names a run whatever its folder is called: a digest of its ``machine.json`` (its calibrations, with
+    the moments they were measured), which a copy of the folder shares; None where it has none."""
+    try:
+        with open(os.path.join(folder, "machine.json"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:20]
+    except OSError:
+        return None
+
+
 def save(metadata: dict, measured: dict) -> str:
     """Keep ``measured`` (``reports.reproduce.between_runs``: a batch of runs) for the machine of ``metadata``,
-    pooled with the batches kept for it within MAX_AGE_DAYS but those sharing a run with it (a batch measured
-    again replaces itself); the file's path."""
+    pooled with the batches kept for it within MAX_AGE_DAYS but those sharing a run with it: a batch measured
+    again replaces itself, and so does one of copies of its run folders (``identity``), which would otherwise
+    count the same runs twice; the file's path."""
     file = path(metadata)
     now = dt.datetime.now(dt.timezone.utc)
     runs = [os.path.realpath(r) for r in measured["runs"]]  # a folder named by another path or link is the same run
+    ids = [i for i in map(identity, runs) if i]
     before = [b for b in (load(metadata) or {}).get("kept", [])
               if not {os.path.realpath(r) for r in b["runs"]} & set(runs)
+              and not set(b.get("identities", ())) & set(ids)
               and now - dt.datetime.fromisoformat(b["measured_at"]) <= dt.timedelta(days=MAX_AGE_DAYS)]
-    batch = {k: measured[k] for k in ("excess", "dof", "figures")} | {"runs": runs, "measured_at": now.isoformat()}
+    batch = {k: measured[k] for k in ("excess", "dof", "figures")} | {"runs": runs, "identities": ids,
+                                                                      "measured_at": now.isoformat()}
     kept = [*before, batch]
     os.makedirs(os.path.dirname(file), exist_ok=True)
     records.write_json_atomic(file, {"key": key(metadata), **pooled(kept), "kept": kept,
