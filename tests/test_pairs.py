@@ -347,16 +347,17 @@ def test_the_answer_gives_a_paired_ratio_with_both_memory_states():
     from reports.analyses import paired
     from reports.analyses.base import Analysis
 
-    states = [{"ratio": 2.2, "sessions": 1, "counted": False}, {"ratio": 4.4, "sessions": 2, "counted": True}]
+    states = [{"ratio": 2.2, "sessions": 1, "counted": False, "faults_per_call": 0.0},
+              {"ratio": 4.4, "sessions": 2, "counted": True, "faults_per_call": 65538.0}]
     a = paired.analyse([record([{**pair("heads", {"strategy": "batched", "out_proj": True, "device": "cpu"},
                                         4.4, 4.0, 4.9), "modes": states}])])
-    assert "batched 4.40× (4.00-4.90; its memory state of 2 of 3 sessions; the other was at 2.20×)" in a.verdict
+    said = "over 2 of 3 sessions, the memory state most drew (65,538 page faults a call); the other, at 0, gave 2.20×"
+    assert f"batched 4.40× (4.00-4.90; {said})" in a.verdict
     heads = Analysis("c3_heads", "C3", "C3/C4", "", numbers={"matmul_flops_max_over_min": 1.0,
                                                              "time_ratio_h64_over_h1_batched": 4.3})
     paired.reconcile(Analysis("c1_length", "C1", "C1", ""), heads, a, [record([
         {**pair("heads", {"strategy": "batched", "device": "cpu"}, 4.4, 4.0, 4.9), "modes": states}])])
-    assert ("4.40× (batched, paired, 95% 4.00-4.90; its memory state of 2 of 3 sessions; the other was at 2.20×) "
-            "the time of h = 1") in heads.answer
+    assert f"4.40× (batched, paired, 95% 4.00-4.90; {said}) the time of h = 1" in heads.answer
     saved = {**record([{**pair("heads", {"strategy": "batched"}, 4.4, 4.0, 4.9), "modes": states, "meaning": "m",
                         "axis": "heads", "a": 1, "b": 64}]), "generated": "2026-12-07T03:00:00+00:00", "commit": "abc",
              "elapsed_s": 40.0, "machine": {"cpu_model": "AMD EPYC", "cpu_count": 2, "torch": "2.13.0+cpu"}}

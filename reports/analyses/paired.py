@@ -60,8 +60,8 @@ def _settings(mine: dict | None, record: dict | None) -> str | None:
 
 def _states(modes: list[dict] | None) -> str | None:
     """Where a pair's sessions ran one side in two memory states: "its faster memory state, 2 of 3 sessions; the
-    other was at 24%" (c2: the faster state counts), "its memory state of 2 sessions of 3; the other was at 2.16×"
-    (another pair: the state more sessions drew counts)."""
+    other was at 24%" (c2: the faster state counts), "over 2 of 3 sessions, the memory state most drew (65,538 page
+    faults a call); the other, at 0, gave 2.16×" (another pair: the state more sessions drew counts)."""
     if not modes:
         return None
     counted = next((m for m in modes if m.get("counted")), modes[0])
@@ -70,7 +70,17 @@ def _states(modes: list[dict] | None) -> str | None:
     was = f"{'other was' if other['sessions'] == 1 else 'others were'} at"
     if "fraction" in counted:
         return f"its faster memory state, {counted['sessions']} of {total} sessions; the {was} {other['fraction']:.0%}"
-    return f"its memory state of {counted['sessions']} of {total} sessions; the {was} {fmt_ratio(other['ratio'])}"
+    others = "other" if other["sessions"] == 1 else "others"
+    mine, theirs = _faults(counted), _faults(other)
+    return (f"over {counted['sessions']} of {total} sessions, the memory state most drew"
+            + (f" ({mine} page faults a call)" if mine else "") + f"; the {others}"
+            + (f", at {theirs}," if theirs else "") + f" gave {fmt_ratio(other['ratio'])}")
+
+
+def _faults(state: dict) -> str | None:
+    """A state's page faults a call ('26,354'), where they were counted."""
+    faults = state.get("faults_per_call")
+    return None if faults is None else f"{faults:,.0f}"
 
 
 def _c2_phrase(row) -> str:
