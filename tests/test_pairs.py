@@ -17,6 +17,7 @@ from benchmarks import cases, pairs
 from benchmarks.core import envelope
 from benchmarks.core.pairing import mirrored, sessions
 from benchmarks.core.pairing.mirrored_worker import case_of
+from benchmarks.core.timing import rerun
 from reports import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -363,3 +364,28 @@ def test_the_answer_gives_a_paired_ratio_with_both_memory_states():
              "elapsed_s": 40.0, "machine": {"cpu_model": "AMD EPYC", "cpu_count": 2, "torch": "2.13.0+cpu"}}
     said = "| 4.400 (two memory states: 1 session at 2.20; 2 sessions at 4.40, counted) | 4.000-4.900 |"
     assert measured.markdown(saved, "pairs.json").count(said) == 1
+
+
+def test_the_paired_section_states_each_ratio_with_the_interval_its_answer_row_states():
+    import pandas as pd
+
+    from reports.analyses import paired
+    from reports.analyses.base import BETWEEN, Analysis
+
+    c1_pair = pair("c1", {"preset": "paper-base", "seq_len": 128, "batch": 8, "device": "cpu"}, 0.75, 0.69, 0.82)
+    token = BETWEEN.set({"c1_length.paired": 0.002})  # what moved between this machine's runs
+    try:
+        a = paired.analyse([record([c1_pair])])
+        c1 = Analysis("c1_length", "C1", "C1", "")
+        c1.tables["factors"] = pd.DataFrame([{"device": "cpu", "preset": "paper-base", "seq_len": 128, "speedup": 0.74,
+                                              "speedup_low": 0.6, "speedup_high": 0.9}])
+        paired.reconcile(c1, Analysis("c3_heads", "C3", "C3/C4", ""), a, [record([c1_pair])])
+    finally:
+        BETWEEN.reset(token)
+    low, high = rerun.widened(0.75, 0.69, 0.82, 0.002)
+    assert low < 0.69 and high > 0.82
+    assert f"paper-base n = 128: the RNN faster (0.75×, {low:.2f}-{high:.2f})" in a.verdict
+    assert f"0.75× (paired, 95% {low:.2f}-{high:.2f})" in c1.answer
+    assert a.verdict.endswith("and what moved between this machine's runs.")
+    alone = paired.analyse([record([c1_pair])])  # nothing kept between runs: the run's own interval
+    assert "(0.75×, 0.69-0.82)" in alone.verdict and "moved between" not in alone.verdict

@@ -18,7 +18,7 @@ from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR
 from benchmarks.core.timing import rerun
 from transformer import PRESETS
 
-from .base import Analysis, fmt_ratio
+from .base import BETWEEN, Analysis, fmt_ratio
 
 MISSING = ("No paired ratios in this run: the main job times them after the grid (`--pairs-budget`), or run "
            "`attention-bench pairs --out RUN_FOLDER`.")
@@ -48,6 +48,23 @@ def table(records: list[dict]) -> pd.DataFrame:
 
 #: a c2 pair's fraction of the GEMM's rate, with its interval
 FRACTION = ("fraction", "fraction_low", "fraction_high")
+#: the group of figures whose variance between the machine's runs each kind of pair's interval adds: its answer
+#: row's (``reconcile``: ``base.group`` of the figure it quotes), so that both state one interval
+GROUPS = {"c1": "c1_length.paired", "heads": "c3_heads.paired", "c2": "c2_roofline.paired"}
+
+
+def stated(t: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """``table``'s rows with each ratio's interval, and a c2 pair's fraction's, widened by its kind's variance
+    between runs (``GROUPS``, ``base.BETWEEN``, ``rerun.widened``), as the answer rows state them; and whether
+    any was."""
+    between, t, moved = BETWEEN.get() or {}, t.copy(), False
+    for i, r in t.iterrows():
+        variance = between.get(GROUPS.get(r.kind, ""))
+        for value, low, high in (("ratio", "low", "high"), FRACTION):
+            if variance and r[value] > 0 and r[low] > 0:  # false for a NaN
+                t.loc[i, [low, high]] = rerun.widened(r[value], r[low], r[high], variance)
+                moved = True
+    return t, moved
 
 
 def _settings(mine: dict | None, record: dict | None) -> str | None:
@@ -105,7 +122,7 @@ def _c1_phrase(row) -> str:
 def analyse(records: list[dict]) -> Analysis:
     """C1 (Transformer against RNN per size and length) and C3 (64 heads against 1) from paired ratios."""
     a = Analysis("paired", "The verdicts' ratios, timed paired in the same moments", "C1/C2/C3", "")
-    t = table(records)
+    t, moved = stated(table(records))
     if t.empty:
         return a.without("no paired ratios", MISSING)
     shown = t.drop(columns=["preset", "seq_len", "strategy", "backend"]).set_index(["kind", "device", "case"])
@@ -146,7 +163,8 @@ def analyse(records: list[dict]) -> Analysis:
             a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
     a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
                                     f"{int(t.rounds.max())} rounds in fresh processes; its interval is where a "
-                                    "rerun's ratio lands (95%), from the spread between the processes.")
+                                    "rerun's ratio lands (95%), from the spread between the processes"
+                                    + (" and what moved between this machine's runs" if moved else "") + ".")
     a.answer = "Paired: " + "; ".join(answer) + "."
     devices = sorted(t.device.unique())
     threads = sorted({r.get("threads") for r in records if r.get("threads")})
