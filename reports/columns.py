@@ -18,7 +18,7 @@ UNITS = {
     "energy_per_token_j": "J/token", "sequential_depth": "operators", "op_launches": "operators",
     "counted_matmul_flops": "FLOP", "control_flops_per_s": "FLOP/s", "time_normalised": "s",
     "achieved_flops_per_s_normalised": "FLOP/s",
-    "time_best_round": "s", "others_cpu_share": "fraction", "speedup_per_process": "x", "faults_per_call": "pages",
+    "time_best_round": "s", "others_cpu_share": "fraction", "speedup_per_process": "x",
     "compute_s": "s", "comm_s": "s", "comm_share": "fraction", "comm_bytes": "bytes", "comm_bytes_measured": "bytes",
 }
 #: the performance model's rows (``reports.tidy``: predicted from the run's constants, with a ``bound``)

@@ -243,10 +243,6 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
          "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **spans}]
     if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
-    faults = [r["faults_per_call"] for r in rec.get("rounds") or () if r.get("faults_per_call") is not None]
-    if faults:  # minor page faults a timed call, the median over its rounds (processes)
-        rows.append({**common, "metric": "faults_per_call", "unit": "pages",
-                     "value": float(pd.Series(faults).median())})
     for metric, unit in UNITS.items():
         if metric != "time" and rec.get(metric) is not None:
             row = {**common, "metric": metric, "unit": unit, "value": _derived(rec, metric, peak)}

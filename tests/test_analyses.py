@@ -242,20 +242,6 @@ def test_heads_verdict_says_same_flops_only_when_the_curve_is_flat():
     assert grown.numbers["matmul_flops_max_over_min"] == 64 and "does not hold" in grown.verdict
 
 
-def test_the_heads_verdict_counts_the_fresh_pages_a_call_faults_in_where_the_runs_counted_them():
-    hs = [1, 2, 4, 8, 16, 32, 64]
-    faults = {(("heads", h), ("strategy", s), ("out_proj", True)): 1024.0 * h if s == "batched" else 0.0
-              for h in hs for s in ("batched", "looped")}
-    a = c3_heads.analyse(pd.concat([heads_table(), table(rows("multihead", "faults_per_call", faults, device="cpu"))]))
-    assert ("Each call at h = 64 faulted in fresh memory pages: 65,536 (batched), 0 (looped), against 1,024, 0 at "
-            "h = 1") in a.verdict
-    assert a.numbers["faults_per_call_h64_batched"] == 65536 and a.tables["faults_cpu"].loc[8, "batched"] == 8192
-    quiet = {k: 1.0 for k in faults}  # no call faults in more than a warm-up's few pages: nothing said
-    assert "fresh memory pages" not in c3_heads.analyse(pd.concat([heads_table(), table(rows(
-        "multihead", "faults_per_call", quiet, device="cpu"))])).verdict
-    assert "fresh memory pages" not in c3_heads.analyse(heads_table()).verdict  # not counted
-
-
 def test_score_bytes_follow_the_case_shape():
     s = cases.MULTIHEAD_SHAPE
     assert c3_heads.score_bytes(8) == s["batch"] * 8 * s["seq_len"] ** 2 * 4

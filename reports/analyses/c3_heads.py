@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import cases
-from benchmarks.core.timing import measure, rerun
+from benchmarks.core.timing import rerun
 
 from .base import Analysis, conditions, devices, gpu_missing, heads_axis, not_measured, ok_rows, time_curves
 from .profiling import heads_explained
@@ -23,20 +23,6 @@ def score_bytes(heads: int, dtype_bytes: int = 4) -> int:
     """Bytes of the (batch, h, n, n) score matrix that the batched strategy materialises."""
     s = cases.MULTIHEAD_SHAPE
     return s["batch"] * heads * s["seq_len"] ** 2 * dtype_bytes
-
-
-def fresh_pages(t: pd.DataFrame, device: str, h_lo: int, h_hi: int) -> pd.DataFrame | None:
-    """Minor page faults a call (with W_O) per h and strategy, where the runs counted them at h_lo and h_hi; else
-    None."""
-    rows = ok_rows(t, "multihead", "faults_per_call")
-    if rows.empty:
-        return None
-    rows = rows[(rows.device == device) & rows.out_proj.astype(bool)]
-    table = rows.groupby(["heads", "strategy"]).value.median().unstack("strategy")
-    if not {h_lo, h_hi} <= set(table.index):
-        return None
-    table = table.dropna(axis=1, subset=[h_lo, h_hi])
-    return None if table.empty else table
 
 
 def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
@@ -110,17 +96,6 @@ def analyse(t: pd.DataFrame, profiles: pd.DataFrame | None = None) -> Analysis:
         least = min(spreads, key=lambda k: abs(math.log(spreads[k])))
         a.numbers["least_changing_strategy_ratio"] = spreads[least]
         sentences.append(f"The strategy whose time changes least with h is {least} ({spreads[least]:.2f}×).")
-    faults = fresh_pages(t, device, h_lo, h_hi)
-    if faults is not None and faults.loc[h_hi].max() > measure.FAULT_PAGES:
-        a.tables[f"faults_{device}"] = faults
-        for strategy, pages in faults.loc[h_hi].items():
-            a.numbers[f"faults_per_call_h{h_hi}_{strategy}"] = pages
-        at = {h: ", ".join(f"{faults.loc[h, k]:,.0f}" + (f" ({k})" if h == h_hi else "") for k in faults)
-              for h in (h_hi, h_lo)}
-        sentences.append(f"Each call at h = {h_hi} faulted in fresh memory pages: {at[h_hi]}, against {at[h_lo]} at "
-                         f"h = {h_lo} (minor page faults a call, medians over the processes, a round's warm-up "
-                         "included): memory the allocator gave back to the OS after the call before, written afresh, "
-                         "in time that no FLOP count sees.")
     if profiles is not None and not profiles.empty:
         explained, by_component = heads_explained(profiles)
         if explained:
