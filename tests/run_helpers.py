@@ -210,3 +210,14 @@ class StandInWorker:
 
     def stop(self):
         pass
+
+
+def pairs_record(pairs_rows: list[dict]) -> dict:
+    """A pairs record (``benchmarks.pairs``) holding ``pairs_rows``, as the paired analysis reads it."""
+    return {"kind": "pairs", "grid": "default", "device": "cpu", "rounds": 20, "threads": 2, "pairs": pairs_rows}
+
+
+def paired_row(kind: str, params: dict, ratio: float, low: float, high: float) -> dict:
+    """One measured pair of a pairs record: its ratio b/a with its interval, over 20 rounds."""
+    return {"kind": kind, "params": params, "status": "ok", "ratio": ratio, "low": low, "high": high, "rounds": 20,
+            "a_s": 0.1, "b_s": 0.1 * ratio}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from benchmarks.ceiling import ceiling
 from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR
-from benchmarks.core.timing import rerun
+from benchmarks.core.timing import measure, rerun
 from transformer import PRESETS
 
 from .base import BETWEEN, Analysis, fmt_ratio
@@ -41,9 +41,18 @@ def table(records: list[dict]) -> pd.DataFrame:
              "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
              "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
              **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes")),
-             "settings": _settings(p.get("worker_env"), r.get("worker_env"))}
+             "settings": _settings(p.get("worker_env"), r.get("worker_env")),
+             "a": p.get("a"), "b": p.get("b"),
+             **{f"faults_{side}": _median_faults(p.get("round_faults"), side) for side in ("a", "b")}}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
     return pd.DataFrame(rows)
+
+
+def _median_faults(rounds: list[dict] | None, side: str) -> float:
+    """A side's minor page faults a call, the median over the rounds that counted them (each over its blocks' calls,
+    after the session's warm-up); NaN where none did."""
+    counted = [r[side] for r in rounds or () if r.get(side) is not None]
+    return float(pd.Series(counted).median()) if counted else math.nan
 
 
 #: a c2 pair's fraction of the GEMM's rate, with its interval
@@ -125,7 +134,7 @@ def analyse(records: list[dict]) -> Analysis:
     t, moved = stated(table(records))
     if t.empty:
         return a.without("no paired ratios", MISSING)
-    shown = t.drop(columns=["preset", "seq_len", "strategy", "backend"]).set_index(["kind", "device", "case"])
+    shown = t.drop(columns=["preset", "seq_len", "strategy", "backend", "a", "b"]).set_index(["kind", "device", "case"])
     a.tables["paired_ratios"] = shown
     a.units["paired_ratios"] = ("b/a with its 95% interval (low-high), rounds, and each side's median time (s); "
                                 "c1: RNN time / Transformer time (above 1: the Transformer is faster); heads: "
@@ -276,10 +285,25 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
         hi, lo = max(hs)
         heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "
                         f"yet h = {hi} takes " + ", ".join(parts) + f" the time of h = {lo}.")
+        heads.verdict += _fresh_pages(heads_pairs)
     if checked:
         paired.answer = (f"The paired ratios stand in the C1, C2 and C3/C4 rows, with their 95% intervals; the grid's "
                          f"own timings agree within them for {checked - len(disagree)} of {checked}"
                          + (f" (not for {', '.join(disagree)})" if disagree else "") + ".")
+
+
+def _fresh_pages(pairs: pd.DataFrame) -> str:
+    """' In the paired sessions each call at h = 64 faulted in 65,538 fresh pages (batched), ...' where a heads pair's
+    64-head side faulted in more than a warm-up's few pages a call; else ''."""
+    counted = pairs.dropna(subset=["faults_a", "faults_b"])
+    if counted.empty or counted.faults_b.max() <= measure.FAULT_PAGES:
+        return ""
+    many = ", ".join(f"{r.faults_b:,.0f} ({r.strategy})" for r in counted.itertuples())
+    one = ", ".join(f"{r.faults_a:,.0f}" for r in counted.itertuples())
+    return (f" In the paired sessions each call at h = {counted.b.iloc[0]} faulted in fresh memory pages: {many}, "
+            f"against {one} at h = {counted.a.iloc[0]} (minor page faults a call, medians over the sessions' blocks, "
+            "after their warm-up): memory the allocator gave back to the OS after the call before, written afresh, "
+            "in time that no FLOP count sees.")
 
 
 def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
