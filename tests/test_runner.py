@@ -1,7 +1,9 @@
 """The in-process runner: records per case, atomic writes, resume, and failures recorded, not fatal."""
 
 import json
+import mmap
 import os
+import resource
 
 import pytest
 import torch
@@ -220,3 +222,26 @@ def test_the_quick_grid_times_the_heads_forward_pass_only(tmp_path):
     assert runner.Runner(str(tmp_path / "quick"), grid="quick").methods("multihead", params) == ["forward"]
     assert runner.Runner(str(tmp_path / "default"), grid="default").methods("multihead", params) == [
         "forward", "train_step"]
+
+
+def test_a_timings_page_faults_are_per_call_over_every_call_it_ran_its_warm_ups_included():
+    import time
+
+    for seconds, min_run_time in ((0.0, 0.01), (0.0005, 0.02), (0.03, 0.05), (0.1, 0.05)):  # blocks of 1 to 1000s
+        calls = [0]
+
+        def fn(calls=calls, seconds=seconds):
+            calls[0] += 1
+            time.sleep(seconds)
+
+        timing = measure.blocked_timing(fn, min_run_time)
+        assert timing.calls + timing.untimed == calls[0], (seconds, timing)  # torch's warm-ups, counted exactly
+    page = resource.getpagesize()  # a call that faults 64 fresh pages in every time: 64 a call
+
+    def faulting():
+        with mmap.mmap(-1, 64 * page) as m:
+            for p in range(64):
+                m[p * page] = 1
+
+    one = measure.timed_round(faulting, "cpu", min_run_time=0.001)
+    assert 60 <= one["faults_per_call"] <= 70, one

@@ -45,7 +45,7 @@ MODE_GAP, MODE_SPREADS = 0.10, 3.0
 #: FAULT_FACTOR run the case in two memory states: in one the C library's allocator gives a large buffer
 #: back to the OS after each call and the next call faults fresh pages in (4 KiB each), in the other it
 #: keeps the memory; which one a process gets is its draw (math attention at n = 128 on a CPU, at about
-#: twice the time). A round's count also holds its warm-up's first faults, spread over few timed calls, so
+#: twice the time). A round's count also holds its warm-up's first faults, spread over its few calls, so
 #: the factor is modest. Processes split so are two modes even when their own blocks are too spread for
 #: MODE_SPREADS to tell.
 FAULT_PAGES, FAULT_FACTOR = 256, 2.0
@@ -62,13 +62,15 @@ STATE_PAGES = 16 * FAULT_PAGES
 
 @dataclass
 class Timing:
-    """Seconds per call: median, quartiles and IQR over ``blocks`` blocks of ``calls_per_block`` calls."""
+    """Seconds per call: median, quartiles and IQR over ``blocks`` blocks of ``calls_per_block`` calls; ``untimed``:
+    the calls run around them that were not timed (warm-ups)."""
 
     median: float
     q25: float
     q75: float
     blocks: int
     calls_per_block: int
+    untimed: int = 0
 
     @property
     def iqr(self) -> float:
@@ -84,16 +86,20 @@ def blocked_timing(fn: Callable[[], Any], min_run_time: float = 0.2) -> Timing:
     estimate runs it at least once before the timed blocks (its warm-up). When that gave fewer than
     MIN_SAMPLES blocks and the missing ones cost no more than ``min_run_time`` again, they are timed too,
     so that the quartiles measure a spread (a 0.15 s call in 0.2 s of timing is otherwise two blocks);
-    a slower call keeps what it has, and its record says how few values its time is over."""
+    a slower call keeps what it has, and its record says how few values its time is over. ``untimed`` counts
+    the warm-ups' calls: the block-size estimate's (1, 10, ... up to a block's: 1 + 10 + ... + n) and each top-up's
+    own (``Timer.timeit`` runs max(n // 100, 2) first)."""
     timer = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     with threads_left_alone():
         m = timer.blocked_autorange(min_run_time=min_run_time)
-        times = list(m.times)
+        n, times = m.number_per_run, list(m.times)
+        untimed = (10 * n - 1) // 9
         missing = MIN_SAMPLES - len(times)
-        if 0 < missing and missing * m.number_per_run * m.median <= min_run_time:
-            times += [timer.timeit(m.number_per_run).median for _ in range(missing)]
+        if 0 < missing and missing * n * m.median <= min_run_time:
+            times += [timer.timeit(n).median for _ in range(missing)]
+            untimed += missing * max(n // 100, 2)
     q25, median, q75 = np.percentile(times, [25, 50, 75])
-    return Timing(float(median), float(q25), float(q75), len(times), m.number_per_run)
+    return Timing(float(median), float(q25), float(q75), len(times), n, untimed)
 
 
 def gpu_peak_memory(fn: Callable[[], Any], device: str) -> int:
@@ -117,8 +123,9 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
 def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict:
     """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
     before and just after it (their geometric mean), the share of the cores other processes used while it
-    was timed (``machine.others_cpu_share``; CPU cases), the process's minor page faults per timed call
-    (``faults_per_call``: the warm-up's included, over the timed calls) and when it started. A cheap CPU case
+    was timed (``machine.others_cpu_share``; CPU cases), the process's minor page faults per call
+    (``faults_per_call``: over every call of the round, the warm-ups' included: what a call faults in as it
+    runs on, plus the first calls' one-time faults spread over them) and when it started. A cheap CPU case
     whose calls fault heavily settles first and is timed again (SETTLE_CALLS)."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -134,7 +141,7 @@ def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
             "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others,
-            "faults_per_call": faults / timing.calls}
+            "faults_per_call": faults / (timing.calls + timing.untimed)}
 
 
 def _minor_faults() -> int:
