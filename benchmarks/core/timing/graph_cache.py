@@ -31,7 +31,9 @@ PACKAGES = ("transformer", "benchmarks")
 #: the files of PACKAGES that time or compare cases another module built, or keep what was measured, and never
 #: decide what a case's call executes: a change there keeps the counts (paths relative to ROOT; a folder ends in /)
 NOT_THE_CALL = ("benchmarks/pairs.py", "benchmarks/gate.py", "benchmarks/history.py", "benchmarks/core/pairing/",
-                "benchmarks/core/hardware/between_runs.py", "benchmarks/core/profiling/")
+                "benchmarks/core/hardware/between_runs.py", "benchmarks/core/profiling/", "benchmarks/core/running/",
+                "benchmarks/core/timing/measure.py", "benchmarks/core/timing/rerun.py",
+                "benchmarks/core/timing/telemetry.py", "benchmarks/core/records.py")
 
 
 #: the folder that holds PACKAGES
