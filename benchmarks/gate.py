@@ -35,9 +35,9 @@ from .core.pairing.mirrored import (
     VERDICTS,
     MirroredRounds,
     Side,
-    Worker,
-    WorkerDied,
+    busy,
 )
+from .core.pairing.workers import Worker, WorkerDied
 from .core.records import case_key, check_record_path
 from .core.running.runner import plan_methods
 
@@ -144,7 +144,8 @@ def table(gate: Gate, threshold: float) -> list[dict]:
             row.update(verdict="skipped", reason=gate.skipped[i])
         else:
             row.update(ratio=est.ratio, low=est.low, high=est.high, rounds=est.rounds, verdict=est.verdict(threshold),
-                       round_ratios=gate.ratios[i], sessions=gate.sessions[i])
+                       round_ratios=gate.ratios[i], sessions=gate.sessions[i],
+                       round_others_cpu_share=gate.others[i])
         rows.append(row)
     return rows
 
@@ -164,7 +165,8 @@ def show(rows: list[dict]) -> str:
             lines.append(f"{r['case'][:70]:<70} {'':>10} {'':>10} {'':>7} {'':>15}  skipped: {r['reason']}")
             continue
         lines.append(f"{r['case'][:70]:<70} {_ms(r['base_s']):>10} {_ms(r['head_s']):>10} {r['ratio']:>7.3f} "
-                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['verdict']}")
+                     f"{r['low']:>7.3f}-{r['high']:<7.3f}  {r['verdict']}"
+                     + (f" ({busy(r.get('round_others_cpu_share'))})" if busy(r.get("round_others_cpu_share")) else ""))
     return "\n".join(lines)
 
 

@@ -45,8 +45,9 @@ from . import cases
 from .ceiling import ceiling
 from .core import envelope, guards
 from .core.hardware import machine
-from .core.pairing.mirrored import FIXED_ALLOCATOR, HANDOVER_S, Side, Worker, WorkerDied
+from .core.pairing.mirrored import FIXED_ALLOCATOR, HANDOVER_S, Side, busy
 from .core.pairing.sessions import PairRounds, fraction_of_gemm, in_memory_states
+from .core.pairing.workers import Worker, WorkerDied
 from .core.records import UnreadableRecord, case_key, commit, pairs_problem, read_json, short
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,7 +180,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
             row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
                        b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
                        rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p],
-                       round_faults=rounds_of.faults[p])
+                       round_faults=rounds_of.faults[p], round_others_cpu_share=rounds_of.others[p])
             if kind == "c2":
                 row.update(fraction_of_gemm(rounds_of, p, est, flops[key(pa)], flops[key(pb)]))
             else:
@@ -215,16 +216,21 @@ def show(rows: list[dict]) -> str:
 def notes(row: dict) -> str:
     """What a pair's ratio comes with: '  (55% of the GEMM's rate, 50-60%)' for a c2 pair, with both memory states
     where it ran in two; for another pair that ran in two, '  (two memory states: 2 sessions at 4.40, counted; 1
-    session at 2.16)'; else ''."""
+    session at 2.16)'; and the rounds timed on a busy machine (``mirrored.busy``); else ''."""
     def states(figure) -> str:
         return "two memory states: " + "; ".join(
             f"{m['sessions']} session{'s' * (m['sessions'] != 1)} at {figure(m)}" + (", counted" if m.get("counted")
                                                                                      else "")
             for m in row["modes"])
-    if "fraction" not in row:
-        return f"  ({states(lambda m: format(m['ratio'], '.2f'))})" if row.get("modes") else ""
-    return (f"  ({row['fraction']:.0%} of the GEMM's rate, {row['fraction_low']:.0%}-{row['fraction_high']:.0%}"
-            + (f"; {states(lambda m: format(m['fraction'], '.0%'))}" if row.get("modes") else "") + ")")
+    parts = []
+    if "fraction" in row:
+        parts.append(f"{row['fraction']:.0%} of the GEMM's rate, {row['fraction_low']:.0%}-{row['fraction_high']:.0%}")
+    if row.get("modes"):
+        parts.append(states(lambda m: format(m["fraction"], ".0%")) if "fraction" in row
+                     else states(lambda m: format(m["ratio"], ".2f")))
+    if busy(row.get("round_others_cpu_share")):
+        parts.append(busy(row["round_others_cpu_share"]))
+    return f"  ({'; '.join(parts)})" if parts else ""
 
 
 def kept_pairs(record: str, kinds: list[str], grid: str, device: str) -> list[dict]:

@@ -41,10 +41,9 @@ from benchmarks.core.pairing.mirrored import (  # noqa: E402
     IDLE_PASSIVE,
     MirroredRounds,
     Side,
-    Worker,
-    WorkerDied,
 )
 from benchmarks.core.pairing.mirrored_worker import SET_THREADS  # noqa: E402
+from benchmarks.core.pairing.workers import Worker, WorkerDied  # noqa: E402
 from reports import measured  # noqa: E402
 
 SETTINGS = {"passive": IDLE_PASSIVE, "allocator": FIXED_ALLOCATOR, "threads-set": {SET_THREADS: "1"}, "idle": {}}

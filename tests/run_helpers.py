@@ -196,7 +196,7 @@ def quiet_machine():
 
 
 class StandInWorker:
-    """The start and stop of a worker process (``mirrored.Worker``: ``launch`` then ``built``, ``quit`` then
+    """The start and stop of a worker process (``workers.Worker``: ``launch`` then ``built``, ``quit`` then
     ``stop``) for a stand-in that defines ``start(todo)``, as ``MirroredRounds`` calls them."""
 
     def launch(self, todo):

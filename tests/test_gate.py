@@ -15,7 +15,7 @@ from run_helpers import StandInWorker
 from attention_bench.cli import main as attention_bench
 from benchmarks import gate as gate_library
 from benchmarks.core import envelope
-from benchmarks.core.pairing import mirrored
+from benchmarks.core.pairing import mirrored, workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -256,7 +256,7 @@ def test_a_block_waits_no_longer_than_the_budget_and_its_grace():
     g = gate.Gate([("attention", {}, "forward")], Timed("base", []), Timed("head", []))
     g.handover_s = 0.0  # this budget of 0.2 s reaches a new session only without the handover pauses
     g.start()
-    assert {t for _, t in timeouts} == {mirrored.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
+    assert {t for _, t in timeouts} == {workers.WORKER_TIMEOUT_S}  # before the budget starts: building, warming
     timeouts.clear()
     g.run(lambda e: False, 0.2, 2, 2 * mirrored.SESSION_ROUNDS + 1)  # through a new session's warm-ups, too
     waits = [t for _, t in timeouts]
@@ -291,11 +291,11 @@ def test_the_gate_pauses_before_each_block_of_the_other_worker_only(monkeypatch)
 @pytest.mark.slow
 def test_a_worker_that_stops_answering_is_named_within_its_timeout():
     proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    w = mirrored.Worker("base", "models", "suite", proc=proc)
+    w = workers.Worker("base", "models", "suite", proc=proc)
     import tempfile
     w.log = tempfile.TemporaryFile(mode="w+")
     try:
-        with pytest.raises(mirrored.WorkerDied, match="the base worker .* gave no answer within 0.3 s"):
+        with pytest.raises(workers.WorkerDied, match="the base worker .* gave no answer within 0.3 s"):
             w.ask({"case": 0, "calls": 1}, timeout=0.3)
     finally:
         proc.kill()

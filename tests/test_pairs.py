@@ -17,7 +17,7 @@ from run_helpers import pairs_record as record
 from attention_bench.cli import main as attention_bench
 from benchmarks import cases, pairs
 from benchmarks.core import envelope
-from benchmarks.core.pairing import mirrored
+from benchmarks.core.pairing import mirrored, workers
 from benchmarks.core.pairing.mirrored_worker import case_of
 from reports import measured
 
@@ -106,6 +106,8 @@ def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path
     for p in saved["pairs"]:
         assert p["status"] == "ok" and p["low"] <= p["ratio"] <= p["high"] and p["rounds"] == saved["rounds"]
         assert len(p["round_ratios"]) == p["rounds"] and p["a_s"] > 0 and p["b_s"] > 0
+        assert len(p["round_others_cpu_share"]) == p["rounds"]  # each round's share of the cores others used
+        assert all(0 <= s <= 1 for s in p["round_others_cpu_share"])
     block = measured.markdown(saved, str(record))
     assert block.count("| Transformer speed-up") == len(saved["pairs"])
 
@@ -200,7 +202,7 @@ def test_the_pairs_worker_runs_in_the_regime_the_grid_runner_runs_in(monkeypatch
     fresh = subprocess.run([sys.executable, "-c", "import json; from benchmarks.core import records; "
                             "print(json.dumps(records.regime()))"], capture_output=True, text=True, cwd=ROOT)
     runner_regime = json.loads(fresh.stdout)
-    worker = mirrored.Worker("cases", ROOT, ROOT)  # as benchmarks.pairs starts it (no --fixed-allocator)
+    worker = workers.Worker("cases", ROOT, ROOT)  # as benchmarks.pairs starts it (no --fixed-allocator)
     try:
         worker.start([])
     finally:

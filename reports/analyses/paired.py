@@ -14,6 +14,7 @@ import re
 import pandas as pd
 
 from benchmarks.ceiling import ceiling
+from benchmarks.core.hardware.machine import BUSY_SHARE
 from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR
 from benchmarks.core.timing import measure, rerun
 from transformer import PRESETS
@@ -42,7 +43,7 @@ def table(records: list[dict]) -> pd.DataFrame:
              "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
              **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes")),
              "settings": _settings(p.get("worker_env"), r.get("worker_env")),
-             "a": p.get("a"), "b": p.get("b"),
+             "a": p.get("a"), "b": p.get("b"), "busy_rounds": _busy_rounds(p.get("round_others_cpu_share")),
              **{f"faults_{side}": _median_faults(p.get("round_faults"), side) for side in ("a", "b")}}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
     return pd.DataFrame(rows)
@@ -53,6 +54,13 @@ def _median_faults(rounds: list[dict] | None, side: str) -> float:
     after the session's warm-up); NaN where none did."""
     counted = [r[side] for r in rounds or () if r.get(side) is not None]
     return float(pd.Series(counted).median()) if counted else math.nan
+
+
+def _busy_rounds(shares: list[float | None] | None) -> float:
+    """How many of a pair's rounds were timed while other processes used more than BUSY_SHARE of the cores; NaN
+    where its record did not measure it."""
+    measured = [s for s in shares or () if s is not None]
+    return float(sum(s > BUSY_SHARE for s in measured)) if measured else math.nan
 
 
 #: a c2 pair's fraction of the GEMM's rate, with its interval
@@ -138,7 +146,8 @@ def analyse(records: list[dict]) -> Analysis:
     a.tables["paired_ratios"] = shown
     a.units["paired_ratios"] = ("b/a with its 95% interval (low-high), rounds, and each side's median time (s); "
                                 "c1: RNN time / Transformer time (above 1: the Transformer is faster); heads: "
-                                "time with 64 heads / with 1 head, at equal FLOPs")
+                                "time with 64 heads / with 1 head, at equal FLOPs; busy_rounds: rounds timed while "
+                                f"other processes used more than {BUSY_SHARE:.0%} of the cores")
     parts, answer = [], []
     c1 = t[t.kind == "c1"]
     if not c1.empty:
@@ -174,6 +183,12 @@ def analyse(records: list[dict]) -> Analysis:
                                     f"{int(t.rounds.max())} rounds in fresh processes; its interval is where a "
                                     "rerun's ratio lands (95%), from the spread between the processes"
                                     + (" and what moved between this machine's runs" if moved else "") + ".")
+    busy = t[t.busy_rounds > 0]
+    if not busy.empty:
+        a.verdict += (f" Timed on a busy machine (other processes used more than {BUSY_SHARE:.0%} of the cores): "
+                      + "; ".join(f"{r.kind} {r.case}, {int(r.busy_rounds)} of {int(r.rounds)} rounds"
+                                  for r in busy.itertuples())
+                      + ". Those ratios are noisier than on a quiet machine.")
     a.answer = "Paired: " + "; ".join(answer) + "."
     devices = sorted(t.device.unique())
     threads = sorted({r.get("threads") for r in records if r.get("threads")})

@@ -15,6 +15,7 @@ import re
 import socket
 import sys
 import time
+from collections.abc import Iterable
 
 import pynvml  # nvidia-ml-py: loads NVML only when nvmlInit is called
 import torch
@@ -108,22 +109,35 @@ def gemm_peak(device: str = "cpu", dtype: str = "float32", threads: int | None =
                    for _ in range(repeats))
 
 
-def cpu_counters() -> tuple[int, int, float] | None:
-    """(clock ticks the cores were busy, clock ticks in all, this process's CPU seconds) so far, from Linux's
-    /proc/stat and os.times; None where /proc/stat is not there."""
+def cpu_counters(pids: Iterable[int] = ()) -> tuple[int, int, float] | None:
+    """(clock ticks the cores were busy, clock ticks in all, the CPU seconds of this process and of the processes
+    ``pids``, all their threads) so far, from Linux's /proc/stat, os.times and /proc/<pid>/stat (a process that
+    has ended counts nothing from then on); None where /proc/stat is not there."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         own = os.times()
-        return sum(fields) - fields[3] - fields[4], sum(fields), own.user + own.system  # less idle and iowait
+        mine = own.user + own.system + sum(process_cpu_s(pid) for pid in pids)
+        return sum(fields) - fields[3] - fields[4], sum(fields), mine  # less idle and iowait
     except (OSError, ValueError, IndexError):
         return None
 
 
+def process_cpu_s(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used so far, all its threads (user and system, Linux's /proc/<pid>/stat);
+    0 for a process that is not there (ended and reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, fields 14 and 15
+
+
 def others_cpu_share(before: tuple | None, after: tuple | None) -> float | None:
     """The share of all cores that other processes used between two ``cpu_counters`` readings: the cores'
-    busy time less this process's own CPU time (the kernel counts both in clock ticks, so a reading over a
-    fraction of a second is good to a few per cent). None without both readings."""
+    busy time less the CPU time of this process and the processes the readings named (the kernel counts both in
+    clock ticks, so a reading over a fraction of a second is good to a few per cent). None without both readings."""
     if before is None or after is None or after[1] <= before[1]:
         return None
     own = (after[2] - before[2]) * os.sysconf("SC_CLK_TCK")

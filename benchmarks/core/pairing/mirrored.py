@@ -23,17 +23,14 @@ slower / faster / unchanged / inconclusive against a threshold.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import select
-import subprocess
-import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..hardware.machine import BUSY_SHARE, cpu_counters, others_cpu_share
+from .workers import WORKER_TIMEOUT_S, Worker
 
 #: the share of rounds cut from each end of the log ratios before their mean: the interquartile mean. A
 #: burst from elsewhere (seen here: 2x for about 100 ms, one or two blocks) makes a round's ratio 0.4 or
@@ -41,8 +38,6 @@ import numpy as np
 TRIM = 0.25
 #: bootstrap resamples for a ratio's interval, and the interval's confidence
 RESAMPLES, CONFIDENCE = 4000, 0.95
-#: seconds a worker may take to answer one request (build every case, or time one block) before it counts as hung
-WORKER_TIMEOUT_S = 600.0
 #: rounds every pair gets whatever the budget: the fewest an interval can be drawn from
 FEWEST_ROUNDS = 2
 #: seconds past the budget a worker may take to answer one block before it counts as stopped (a stopped or
@@ -72,6 +67,18 @@ def round_ratio(a: list[float], b: list[float]) -> float:
     """One round's ratio, B over A, from its mirrored blocks (A B B A: ``a`` = [A1, A2], ``b`` = [B1, B2]):
     a drift linear in time adds the same to A1 + A2 as to B1 + B2."""
     return sum(b) / sum(a)
+
+
+def busy(shares: list[float | None] | None) -> str | None:
+    """'2 of 3 rounds timed while other processes used more than 50% of the cores (68%, 91%)' where some of the
+    rounds whose share of the cores others used is ``shares`` (``MirroredRounds.others``) were: slower and noisier
+    than on a quiet machine; else None."""
+    measured = [s for s in shares or () if s is not None]
+    over = [s for s in measured if s > BUSY_SHARE]
+    if not over:
+        return None
+    return (f"{len(over)} of {len(measured)} rounds timed while other processes used more than {BUSY_SHARE:.0%} of "
+            f"the cores ({', '.join(f'{s:.0%}' for s in over)})")
 
 
 def trimmed_mean(values: np.ndarray, trim: float = TRIM) -> float:
@@ -140,106 +147,6 @@ def estimate(ratios: list[float], sessions: list[int] | None = None, seed: int =
     return Estimate(float(np.exp(trimmed_mean(logs))), float(np.exp(low)), float(np.exp(high)), len(logs))
 
 
-class WorkerDied(RuntimeError):
-    """A worker process that ended or stopped answering; the message names it and its last words."""
-
-
-@dataclass
-class Worker:
-    """One version's worker process: ``label`` (base or head), ``models`` the folder of its ``transformer``
-    package, ``suite`` the folder whose ``benchmarks`` package defines the cases (the same for both), ``env``
-    what it runs with beyond this process's environment (``regime``: the one it reports, once started)."""
-
-    label: str
-    models: str
-    suite: str
-    env: dict = field(default_factory=dict)  # more environment, beyond this process's
-    settle: int = 0  # calls a warm-up may add while a call still faults pages in (``measure.settle``, in the worker)
-    regime: dict | None = None  # threads and runtime settings the worker runs in (records.regime, its own)
-    proc: subprocess.Popen | None = None
-    log: object = None
-    _root: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
-
-    def start(self, todo: list[tuple[str, dict, str]]) -> list[str | None]:
-        """Start the process and build every case; each case's error (None: built)."""
-        self.launch(todo)
-        return self.built()
-
-    def launch(self, todo: list[tuple[str, dict, str]]) -> None:
-        """Start the process and ask it to build every case, without waiting for it (``built`` does)."""
-        self._root = tempfile.TemporaryDirectory(prefix=f"gate-{self.label}-")
-        os.symlink(os.path.join(self.models, "transformer"), os.path.join(self._root.name, "transformer"))
-        os.symlink(os.path.join(self.suite, "benchmarks"), os.path.join(self._root.name, "benchmarks"))
-        self.log = tempfile.TemporaryFile(mode="w+")
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mirrored_worker.py")
-        self.proc = subprocess.Popen([sys.executable, script, self._root.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=self._root.name,
-                                     env={**os.environ, **self.env})
-        self._send({"cases": [[a, p, m] for a, p, m in todo]})
-
-    def built(self) -> list[str | None]:
-        """Each case's error (None: built) once the process ``launch`` started has built them."""
-        answer = self.answer()
-        self.regime = answer.get("regime")
-        return answer["errors"]
-
-    def ask(self, request: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
-        self._send(request)
-        return self.answer(timeout)
-
-    def _send(self, request: dict) -> None:
-        try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise WorkerDied(self._died("stopped reading its requests")) from None
-
-    def answer(self, timeout: float = WORKER_TIMEOUT_S) -> dict:
-        """The process's answer to the last request, within ``timeout`` s (WorkerDied: none)."""
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            raise WorkerDied(self._died(f"gave no answer within {timeout:g} s" if not ready else "ended"))
-        answer = json.loads(line)
-        if "error" in answer:
-            raise WorkerDied(f"the {self.label} worker ({self.models}) failed: {answer['error']}")
-        return answer
-
-    def _died(self, how: str) -> str:
-        try:  # a process whose output just closed may not have ended yet
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.log.seek(0)
-        last = [line for line in self.log.read().strip().splitlines() if line.strip()][-3:]
-        return (f"the {self.label} worker ({self.models}) {how}"
-                + (f" (exit code {code})" if code is not None else "")
-                + (": " + " | ".join(last) if last else ""))
-
-    def quit(self) -> None:
-        """Ask the process to end, without waiting for it (``stop`` does)."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-                self.proc.stdin.flush()
-            except OSError:
-                pass
-
-    def stop(self) -> None:
-        self.quit()
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._root is not None:
-            self._root.cleanup()
-        if self.log is not None:
-            self.log.close()
-        self.proc = self.log = self._root = None
-
-
 def _settle(worker: Worker) -> dict:
     """What a warm-up request adds for ``worker``: ``settle`` where it asks for it."""
     return {"settle": worker.settle} if worker.settle else {}
@@ -277,6 +184,9 @@ class MirroredRounds:
         self.times: list[dict[str, list[float]]] = [{"a": [], "b": []} for _ in pairs]
         # each round's minor page faults per call of each side, over its blocks (None where a worker does not say)
         self.faults: list[list[dict[str, float | None]]] = [[] for _ in pairs]
+        # each round's share of the cores that processes other than the controller and its workers used while the
+        # pair's blocks ran (``machine.others_cpu_share``; None where /proc is not there)
+        self.others: list[list[float | None]] = [[] for _ in pairs]
         self.calls: list[int] = []
         self.skipped: dict[int, str] = {}
         self.settled: set[int] = set()  # pairs timed enough: left out of later rounds (``run``'s ``settled``)
@@ -334,6 +244,8 @@ class MirroredRounds:
                 continue
             first, second = ("a", "b") if r % 2 == 0 else ("b", "a")
             got, faults = {"a": [], "b": []}, {"a": [], "b": []}
+            pids = self.pids()
+            before = cpu_counters(pids)
             for name in (first, second, second, first):
                 side = a if name == "a" else b
                 if self.handover_s and side.worker is not self._last:
@@ -342,11 +254,16 @@ class MirroredRounds:
                 answer = side.worker.ask({"case": side.case, "calls": self.calls[p]}, self.block_timeout())
                 got[name].append(answer["seconds"])
                 faults[name].append(answer.get("faults"))
+            self.others[p].append(others_cpu_share(before, cpu_counters(pids)))
             self.ratios[p].append(round_ratio(got["a"], got["b"]))
             self.sessions[p].append(r // self.session_rounds)
             self.faults[p].append({k: None if None in f else sum(f) / len(f) for k, f in faults.items()})
             for name in got:
                 self.times[p][name].extend(got[name])
+
+    def pids(self) -> list[int]:
+        """The workers' process ids: their CPU time is the measurement's own, not another process's."""
+        return [w.proc.pid for w in self.workers if getattr(w, "proc", None) is not None]
 
     def block_timeout(self) -> float:
         """Seconds one block may take: what is left of the budget and STALL_GRACE_S, at most WORKER_TIMEOUT_S."""
