@@ -35,14 +35,14 @@ MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_mem
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
             "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "lowest", "highest",
-            "processes", "modes", "fast", "fast_low", "fast_high",
+            "processes", "short_processes", "modes", "fast", "fast_low", "fast_high",
             "status", "reason", "bound"]
            + PARAMS + MACHINE_FACTS)
 
 
 #: parameter and fact columns that hold whole numbers (nullable, so that missing stays missing)
 INTEGERS = ["seq_len", "d_head", "heads", "batch", "threads", "d_model", "cpu_count", "ranks", "hosts", "rounds",
-            "rounds_planned", "samples", "processes"]
+            "rounds_planned", "samples", "processes", "short_processes"]
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:

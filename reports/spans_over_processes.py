@@ -91,17 +91,47 @@ def ratio_logs(first: dict, second: dict) -> np.ndarray:
                      if r.get("pid") in other and r.get("median_s")])
 
 
+#: a process whose control GEMM (``benchmarks.core.hardware.control``, timed just before and after each case) ran
+#: below SHORT of the run's usual rate at that thread count had less of the cores than the run usually got: the
+#: host ran something else on them, which /proc/stat's counts inside a VM do not show (on the 2-core VM, 2-thread
+#: controls of 102-170 GFLOP/s against 190-195 when quiet, and the thread speed-ups of those processes moved most)
+SHORT = 0.9
+
+
+def usual_controls(records: list[dict]) -> dict[int | None, float]:
+    """The run's usual control rate per thread count: the 95th percentile of every CPU round's control GEMM rate."""
+    rates: dict[int | None, list[float]] = {}
+    for rec in records:
+        for r in rec.get("rounds") or ():
+            if r.get("control_flops_per_s"):
+                rates.setdefault(rec.get("threads"), []).append(r["control_flops_per_s"])
+    return {t: float(np.percentile(x, 95)) for t, x in rates.items()}
+
+
+def short_processes(first: dict, second: dict, usual: dict[int | None, float]) -> int:
+    """Of the processes that timed both records, how many ran one of them with its control GEMM below SHORT of the
+    run's ``usual`` rate at its thread count (``usual_controls``)."""
+    def short(rec: dict) -> set:
+        floor = SHORT * usual.get(rec.get("threads"), 0.0)
+        return {r["pid"] for r in rec.get("rounds") or () if r.get("control_flops_per_s") and
+                r["control_flops_per_s"] < floor}
+    both = {r.get("pid") for r in first.get("rounds") or ()} & {r.get("pid") for r in second.get("rounds") or ()}
+    return len(both & (short(first) | short(second)))
+
+
 def speedups(records: list[dict], rows: list[dict]) -> list[dict]:
     """SPEEDUP rows of the threads area: each workload's time on one thread over its time on p threads, taken in
     each process that timed both, seconds apart (``ratio_logs``), so that what a process draws and the machine's
     moment move both sides alike; the median over those processes, with the interval where a rerun's lands (their
-    spread moderated by the other workloads', ``rerun.half_width``). Beside each p-thread case's time row
-    (``rows``); none where fewer than two processes timed both."""
+    spread moderated by the other workloads', ``rerun.half_width``), and how many of them had the cores short
+    (``short_processes``: the host's share, which a speed-up over threads feels on one side only). Beside each
+    p-thread case's time row (``rows``); none where fewer than two processes timed both."""
     ok = {(r["params"].get("workload"), r["params"].get("threads")): r for r in records
           if r["area"] == "threads" and r["method"] == "forward" and r["status"] == "ok" and r.get("rounds")}
     logs = {key: x for key, rec in ok.items() if key[1] != 1 and (one := ok.get((key[0], 1))) is not None
             and len(x := ratio_logs(one, rec)) > 1}
     prior = rerun.typical_variance(list(logs.values())) if logs else None
+    usual = usual_controls(records)
     out = []
     for (workload, threads), x in logs.items():
         time = next((r for r in rows if r["area"] == "threads" and r["method"] == "forward" and r["metric"] == "time"
@@ -111,5 +141,6 @@ def speedups(records: list[dict], rows: list[dict]) -> list[dict]:
         value = float(np.exp(np.median(x)))
         low, high = rerun.interval(value, rerun.half_width(x, prior))
         out.append({k: v for k, v in time.items() if k not in _TIME_ONLY}
-                   | {"metric": SPEEDUP, "unit": "x", "value": value, "low": low, "high": high, "processes": len(x)})
+                   | {"metric": SPEEDUP, "unit": "x", "value": value, "low": low, "high": high, "processes": len(x),
+                      "short_processes": short_processes(ok[(workload, 1)], ok[(workload, threads)], usual)})
     return out

@@ -9,7 +9,7 @@ import pandas as pd
 
 from benchmarks import cases
 
-from ..spans_over_processes import SPEEDUP
+from ..spans_over_processes import SHORT, SPEEDUP
 from .base import Analysis, ok_rows, time_curves
 from .spread import ratio_interval
 
@@ -53,10 +53,30 @@ def analyse(t: pd.DataFrame) -> Analysis:
                  + f". {best} scales best, {worst} worst.")
     a.conditions = "workloads as named in the verdict, float32, CPU"
     a.quoted = [f"speedup_{w}_p{p}" for w in times]
+    short = {w: _short(paired.loc[(p, w)]) for w in times if (p, w) in paired.index}
     a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(
-        f"{w} {speedup.loc[p, w]:.2f}×" + (f" ({lo:.2f}-{hi:.2f})" if (lo, hi) != (None, None) else "")
+        f"{w} {speedup.loc[p, w]:.2f}×" + _within(lo, hi, short.get(w))
         for w in times for lo, hi in [a.intervals.get(f"speedup_{w}_p{p}", (None, None))]) + ".")
+    if any(short.values()):
+        a.verdict += (f" A process had the cores short where the control GEMM timed around a case ran below "
+                      f"{SHORT:.0%} of this run's usual rate at its thread count: the host ran something else on "
+                      "them, which a virtual machine's own CPU counts do not show, and a speed-up over threads feels "
+                      "it on one side only; the speed-ups of such processes are not a quiet machine's.")
     return a
+
+
+def _short(row) -> str | None:
+    """'2 of 3 processes had the cores short' where a speed-up's processes did (``short_processes``), else None."""
+    n = row.get("short_processes")
+    if n is None or pd.isna(n) or not n:
+        return None
+    return f"{int(n)} of {int(row.processes)} processes had the cores short"
+
+
+def _within(low, high, short: str | None) -> str:
+    """' (1.02-1.86; 3 of 3 processes had the cores short)', or as much of it as there is."""
+    parts = ([f"{low:.2f}-{high:.2f}"] if (low, high) != (None, None) else []) + ([short] if short else [])
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _workloads(names) -> str:
