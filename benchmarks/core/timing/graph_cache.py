@@ -28,10 +28,12 @@ from ..hardware import constants_cache
 PACKAGES = ("transformer", "benchmarks")
 
 
-#: the files of PACKAGES that time or compare cases another module built, or keep what was measured, and never
-#: decide what a case's call executes: a change there keeps the counts (paths relative to ROOT; a folder ends in /)
+#: the files of PACKAGES that time or compare cases another module built, keep what was measured, or read the machine
+#: (its peaks, its CPU counters, its facts), and never decide what a case's call executes: a change there keeps the
+#: counts (paths relative to ROOT; a folder ends in /)
 NOT_THE_CALL = ("benchmarks/pairs.py", "benchmarks/gate.py", "benchmarks/history.py", "benchmarks/core/pairing/",
-                "benchmarks/core/hardware/between_runs.py", "benchmarks/core/profiling/", "benchmarks/core/running/",
+                "benchmarks/core/hardware/between_runs.py", "benchmarks/core/hardware/machine.py",
+                "benchmarks/core/profiling/", "benchmarks/core/running/",
                 "benchmarks/core/timing/measure.py", "benchmarks/core/timing/rerun.py",
                 "benchmarks/core/timing/telemetry.py", "benchmarks/core/records.py")
 
