@@ -140,7 +140,7 @@ def reproduce_runs(args: argparse.Namespace) -> int:
               + rerun.between_widths(kept["variance"], kept["figures"]) + ". Their intervals add it.")
     if args.record:
         measured.save(args.record, "reproducibility", runs[0]["commit"],
-                      runs=[{**{k: r[k] for k in ("run", "machine", "cpu", "commit")}, "added": r["between"]}
+                      runs=[{**{k: r[k] for k in ("run", "machine", "cpu", "commit", "host")}, "added": r["between"]}
                             for r in runs],
                       summary=reproduce.summary(t), figures=t.to_dict(orient="records"), between_runs=moved,
                       kept_between_runs=kept)

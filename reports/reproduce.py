@@ -62,10 +62,32 @@ def figures(folder: str, table: pd.DataFrame | None = None) -> dict:
                     low, high = a.stated(key, low, high, moved.get(group(a.key, key)))
                 found[f"{a.key}.{key}"] = (float(value), low, high)
     first = table.iloc[0]
-    return {"run": folder, "machine": machine,
+    return {"run": folder, "machine": machine, "host": host(folder) if mine else {},
             "cpu": f"{first.cpu_model}, {first.cpu_count} cores, torch {first.torch}",
             "commit": next(iter(dict.fromkeys(table.commit.dropna())), None), "figures": found, "own": own,
             "quoted": [k for k in quoted if k in found], "counts": counts, "between": moved}
+
+
+def host(folder: str) -> dict[str, float]:
+    """How fast the host let this run's cores go: the median rate of the control GEMM timed around each CPU case
+    (``benchmarks.core.hardware.control``), over every round, per thread count ({"2": FLOP/s}). A run whose host
+    ran something else on its cores reads lower, which the VM's own counters do not show."""
+    rates: dict[str, list[float]] = {}
+    for rec in tidy.counted(folder)[1]:
+        for r in rec.get("rounds") or ():
+            if r.get("control_flops_per_s"):
+                rates.setdefault(str(rec.get("threads")), []).append(r["control_flops_per_s"])
+    return {t: float(np.median(x)) for t, x in sorted(rates.items())}
+
+
+def host_said(runs: list[dict]) -> str:
+    """'The host, by the control GEMM's median rate over each run's rounds: run 1 98 GFLOP/s on 1 thread, 169 on 2;
+    ...' where the runs measured it; else ''."""
+    said = [f"run {i} " + ", ".join(f"{rate / 1e9:.0f} GFLOP/s on {t} thread{'s' * (t != '1')}"
+                                    for t, rate in r["host"].items())
+            for i, r in enumerate(runs, 1) if r.get("host")]
+    return ("The host, by the control GEMM's median rate over each run's rounds (lower where it ran something else "
+            "on the cores): " + "; ".join(said) + ".") if said else ""
 
 
 def one_machine(runs: list[dict]) -> None:
@@ -135,7 +157,8 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
              + (f"; those intervals span ±{s['median_half_width']:.1%} at the median." if s["median_half_width"]
                 is not None else "."),
              f"The answer table quotes {s['quoted']} of them: {s['quoted_outside']} fall outside another run's "
-             f"interval (or ±{TOLERANCE:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} checks.", ""]
+             f"interval (or ±{TOLERANCE:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} checks."]
+    lines += [host_said(runs), ""] if host_said(runs) else [""]
     shown = t.sort_values(["outside", "interval"], ascending=False)
     columns = ["figure", "quoted"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):

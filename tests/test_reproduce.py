@@ -5,11 +5,12 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 from run_helpers import PLAN, measure, measured_run
 
 from attention_bench.cli import main as attention_bench
-from reports import explained, reproduce
+from reports import explained, measured, reproduce
 
 
 def _run(name, machine="vm", quoted=(), **figures):
@@ -62,6 +63,17 @@ def test_the_command_reads_run_folders_and_refuses_another_machines(tmp_path, ca
     assert saved["kind"] == "reproducibility" and saved["summary"]["figures"] > 0
     assert any(f["figure"].startswith("c1_length.speedup_") for f in saved["figures"])
     assert {f["figure"] for f in saved["figures"] if f["quoted"]} >= {"c1_length.speedup_cpu_tiny_n16"}
+    # how fast the host let each run's cores go: the control GEMM's median over the run's rounds, per thread count
+    controls = {}
+    for name in os.listdir(os.path.join(first, "cases")):
+        rec = json.load(open(os.path.join(first, "cases", name)))
+        controls.setdefault(str(rec.get("threads")), []).extend(
+            r["control_flops_per_s"] for r in rec.get("rounds") or () if r.get("control_flops_per_s"))
+    host = saved["runs"][0]["host"]
+    assert host and host == pytest.approx({t: float(np.median(x)) for t, x in controls.items() if x})
+    said = f"run 1 {next(iter(host.values())) / 1e9:.0f} GFLOP/s on"
+    assert "The host, by the control GEMM's median rate" in out and said in out
+    assert said in measured.markdown(saved, record)
     other = measure(tmp_path / "three", PLAN, name="laptop")
     assert attention_bench(["reproduce", first, other]) == 2
     assert "not of one machine" in capsys.readouterr().err
