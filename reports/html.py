@@ -310,7 +310,8 @@ def _write(table: pd.DataFrame, out: str, *, machine: str | None, asv_html: str 
         "runs": [{"run": r, "machine": row.machine, "commit": row.commit, "first": row.first, "last": row.last,
                   "rounds": _plain(row.rounds), "rounds_planned": _plain(row.rounds_planned),
                   "incomplete": _plain(row.incomplete), "busy_cases": _plain(row.busy_cases),
-                  "others_cpu": row.others_cpu, "runtime": _plain(row.get("runtime")), "analysed": row.analysed}
+                  "others_cpu": row.others_cpu, "control_gemm": row.control_gemm, "runtime": _plain(row.get("runtime")),
+                  "analysed": row.analysed}
                  for r, row in runs.iterrows()],
         "warnings": noise.run_warnings(runs) + noise.peak_warnings(table),
         "machine": {k: _plain(v) for k, v in table.iloc[0][["cpu_model", "cpu_count", "torch", "gpu_name"]].items()},

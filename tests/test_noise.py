@@ -181,3 +181,17 @@ def test_a_busy_machine_is_said_on_the_page_per_run_and_per_case(tmp_path, fake_
     page = open(tmp_path / "r" / "index.html").read()
     assert "was measured on a busy machine: other processes used more than 50% of the cores while 3 of" in page
     assert "Cases timed on a busy machine" in page
+
+
+def test_the_runs_table_says_how_fast_the_host_let_each_runs_cores_go():
+    """The control GEMM's median rate over a run's CPU cases, per thread count: a host that ran something else on
+    the cores reads lower, which the share of the cores other processes used does not show inside a VM."""
+    rows = [{"source": "runner", "run": run, "machine": "vm", "area": "attention", "method": "forward",
+             "metric": "control_flops_per_s", "unit": "FLOP/s", "value": v, "status": "ok", "threads": n,
+             "date": pd.Timestamp("2026-12-07", tz="UTC"), "finished": pd.Timestamp("2026-12-07", tz="UTC")}
+            for run, n, values in (("quiet", 1, [100e9, 101e9, 99e9]), ("quiet", 2, [190e9, 194e9]),
+                                   ("shared", 2, [160e9, 120e9, 170e9]))
+            for v in values]
+    listed = run_list.table(pd.DataFrame(rows, columns=tidy.COLUMNS)).control_gemm
+    assert listed["quiet"] == "100 GFLOP/s on 1 thread, 192 GFLOP/s on 2 threads"
+    assert listed["shared"] == "160 GFLOP/s on 2 threads"

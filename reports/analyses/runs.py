@@ -61,7 +61,9 @@ def table(t: pd.DataFrame) -> pd.DataFrame:
     """One row per run: machine, source, commit (or why there is none), environment, when, its rounds (and
     ``incomplete``: timed cases with fewer rounds than the run planned, a run cut short), how busy the machine
     was (``others_cpu``: the median and largest share of the cores other processes used while its CPU cases
-    were timed; ``busy_cases``: cases timed while others used more than BUSY_SHARE) and its cases by status."""
+    were timed; ``busy_cases``: cases timed while others used more than BUSY_SHARE), how fast the host let its
+    cores go (``control_gemm``: the control GEMM's median rate over its CPU cases, per thread count: lower where
+    the host ran something else on them, which the other two do not show inside a VM) and its cases by status."""
     timed = t[t.metric.isin(["time", "sequential_depth"])]
     status = timed.groupby(["run", "status"]).size().unstack("status", fill_value=0)
     out = t.groupby("run", sort=False).agg(machine=("machine", "first"), source=("source", "first"),
@@ -78,5 +80,9 @@ def table(t: pd.DataFrame) -> pd.DataFrame:
     out["others_cpu"] = [f"median {others.median()[r]:.0%}, max {others.max()[r]:.0%}"
                          if r in others.groups else None for r in out.index]
     out["busy_cases"] = (others.apply(lambda v: (v > BUSY_SHARE).sum())).reindex(out.index).astype("Int64")
+    controls = t[(t.metric == "control_flops_per_s") & (t.status == "ok")].groupby(["run", "threads"]).value.median()
+    out["control_gemm"] = [", ".join(f"{v / 1e9:.0f} GFLOP/s on {int(n)} thread{'' if int(n) == 1 else 's'}"
+                                     for n, v in controls[r].items()) if r in controls.index.get_level_values(0)
+                           else None for r in out.index]
     out = out.drop(columns="commit_error").join(status).fillna({s: 0 for s in status.columns})
     return out
