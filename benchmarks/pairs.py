@@ -228,8 +228,8 @@ def notes(row: dict) -> str:
     if row.get("modes"):
         parts.append(states(lambda m: format(m["fraction"], ".0%")) if "fraction" in row
                      else states(lambda m: format(m["ratio"], ".2f")))
-    if busy(row.get("round_others_cpu_share")):
-        parts.append(busy(row["round_others_cpu_share"]))
+    if said := busy(row.get("round_others_cpu_share")):
+        parts.append(said)
     return f"  ({'; '.join(parts)})" if parts else ""
 
 

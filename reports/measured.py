@@ -257,7 +257,7 @@ def _reproducibility(record: dict, name: str, only: list[str] | None, link: str)
                 f"run's interval (or ±{s['tolerance']:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} "
                 "checks." if "quoted" in s else "")
              + _added(runs) + _between_said(record.get("between_runs"))
-             + (f" {reproduce.host_said(runs)}" if reproduce.host_said(runs) else ""), "",
+             + (f" {host}" if (host := reproduce.host_said(runs)) else ""), "",
              "| figure | " + " | ".join(f"run {i}" for i in range(1, len(runs) + 1)) + " | outside |",
              "|---|" + "---|" * len(runs) + "---|"]
     for f in record["figures"]:

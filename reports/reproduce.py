@@ -22,7 +22,7 @@ import pandas as pd
 
 from benchmarks.core.timing import rerun
 
-from . import ranges, tidy
+from . import ranges, spans_over_processes, tidy
 from .analyses import profiling
 from .analyses.base import group
 from .analyses.registry import run_all
@@ -72,11 +72,7 @@ def host(folder: str) -> dict[str, float]:
     """How fast the host let this run's cores go: the median rate of the control GEMM timed around each CPU case
     (``benchmarks.core.hardware.control``), over every round, per thread count ({"2": FLOP/s}). A run whose host
     ran something else on its cores reads lower, which the VM's own counters do not show."""
-    rates: dict[str, list[float]] = {}
-    for rec in tidy.counted(folder)[1]:
-        for r in rec.get("rounds") or ():
-            if r.get("control_flops_per_s"):
-                rates.setdefault(str(rec.get("threads")), []).append(r["control_flops_per_s"])
+    rates = {str(t): x for t, x in spans_over_processes.round_controls(tidy.counted(folder)[1]).items()}
     return {t: float(np.median(x)) for t, x in sorted(rates.items())}
 
 
@@ -158,7 +154,8 @@ def show(runs: list[dict], t: pd.DataFrame) -> str:
                 is not None else "."),
              f"The answer table quotes {s['quoted']} of them: {s['quoted_outside']} fall outside another run's "
              f"interval (or ±{TOLERANCE:.0%}), in {s['quoted_checks_outside']} of {s['quoted_checks']} checks."]
-    lines += [host_said(runs), ""] if host_said(runs) else [""]
+    said = host_said(runs)
+    lines += [said, ""] if said else [""]
     shown = t.sort_values(["outside", "interval"], ascending=False)
     columns = ["figure", "quoted"] + [c for c in t.columns if c.startswith("run ")] + ["outside", "pairs"]
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 60, "display.width", 250):

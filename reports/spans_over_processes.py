@@ -98,14 +98,19 @@ def ratio_logs(first: dict, second: dict) -> np.ndarray:
 SHORT = 0.9
 
 
-def usual_controls(records: list[dict]) -> dict[int | None, float]:
-    """The run's usual control rate per thread count: the 95th percentile of every CPU round's control GEMM rate."""
+def round_controls(records: list[dict]) -> dict[int | None, list[float]]:
+    """Every CPU round's control GEMM rate (FLOP/s), per thread count of its record."""
     rates: dict[int | None, list[float]] = {}
     for rec in records:
         for r in rec.get("rounds") or ():
             if r.get("control_flops_per_s"):
                 rates.setdefault(rec.get("threads"), []).append(r["control_flops_per_s"])
-    return {t: float(np.percentile(x, 95)) for t, x in rates.items()}
+    return rates
+
+
+def usual_controls(records: list[dict]) -> dict[int | None, float]:
+    """The run's usual control rate per thread count: the 95th percentile of every CPU round's control GEMM rate."""
+    return {t: float(np.percentile(x, 95)) for t, x in round_controls(records).items()}
 
 
 def short_processes(first: dict, second: dict, usual: dict[int | None, float]) -> int:

@@ -68,7 +68,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
 def _short(row) -> str | None:
     """'2 of 3 processes had the cores short' where a speed-up's processes did (``short_processes``), else None."""
     n = row.get("short_processes")
-    if n is None or pd.isna(n) or not n:
+    if pd.isna(n) or not n:
         return None
     return f"{int(n)} of {int(row.processes)} processes had the cores short"
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from benchmarks.ceiling import ceiling
 from benchmarks.core.hardware.machine import BUSY_SHARE
-from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR
+from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR, busy_rounds
 from benchmarks.core.timing import measure, rerun
 from transformer import PRESETS
 
@@ -59,8 +59,8 @@ def _median_faults(rounds: list[dict] | None, side: str) -> float:
 def _busy_rounds(shares: list[float | None] | None) -> float:
     """How many of a pair's rounds were timed while other processes used more than BUSY_SHARE of the cores; NaN
     where its record did not measure it."""
-    measured = [s for s in shares or () if s is not None]
-    return float(sum(s > BUSY_SHARE for s in measured)) if measured else math.nan
+    over, measured = busy_rounds(shares)
+    return float(len(over)) if measured else math.nan
 
 
 #: a c2 pair's fraction of the GEMM's rate, with its interval

@@ -69,12 +69,18 @@ def round_ratio(a: list[float], b: list[float]) -> float:
     return sum(b) / sum(a)
 
 
+def busy_rounds(shares: list[float | None] | None) -> tuple[list[float], list[float]]:
+    """(the shares above BUSY_SHARE, every share measured) of rounds whose share of the cores others used is
+    ``shares`` (``MirroredRounds.others``; None where it was not measured)."""
+    measured = [s for s in shares or () if s is not None]
+    return [s for s in measured if s > BUSY_SHARE], measured
+
+
 def busy(shares: list[float | None] | None) -> str | None:
     """'2 of 3 rounds timed while other processes used more than 50% of the cores (68%, 91%)' where some of the
     rounds whose share of the cores others used is ``shares`` (``MirroredRounds.others``) were: slower and noisier
     than on a quiet machine; else None."""
-    measured = [s for s in shares or () if s is not None]
-    over = [s for s in measured if s > BUSY_SHARE]
+    over, measured = busy_rounds(shares)
     if not over:
         return None
     return (f"{len(over)} of {len(measured)} rounds timed while other processes used more than {BUSY_SHARE:.0%} of "
