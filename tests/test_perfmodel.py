@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -94,7 +95,38 @@ def test_the_graph_counts_the_backward_nodes_and_the_python_lines_a_call_runs():
         b = 2
         return a + b
 
-    assert opgraph.count_lines(three_lines) == 3
+    assert opgraph.record(three_lines, lines=True).dispatches["line"] == 3
+
+
+def _plain_lines(fn) -> int:
+    """The Python lines ``fn()`` runs, counted by a bare tracer, with no dispatch mode."""
+    count = [0]
+
+    def local(frame, event, arg):
+        count[0] += event == "line"
+        return local
+
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+@pytest.mark.parametrize("area,params,method", [
+    ("layers", {"layer": "recurrent", "seq_len": 16, "d_model": 32, "device": "cpu"}, "forward"),
+    ("models", {"model": "transformer", "preset": "tiny", "seq_len": 8, "batch": 2, "device": "cpu"}, "train_step"),
+    ("models", {"model": "rnn-width", "preset": "tiny", "seq_len": 8, "batch": 2, "device": "cpu"}, "generate"),
+])
+def test_the_lines_counted_under_the_recorder_are_the_calls_own(area, params, method):
+    """One recorded call counts the lines and module calls of a plain call: none of the dispatch mode's own
+    (torch runs Python for every operator under a mode: thousands of lines in a GRU's loop)."""
+    fn = cases.build(area, params).work(method)[0]
+    fn()
+    counted = opgraph.record(fn, lines=True).dispatches
+    assert counted["line"] == _plain_lines(fn) > 0
+    assert counted["module"] == opgraph.record(fn).dispatches["module"]
 
 
 def test_a_thin_product_whose_weight_is_not_in_the_cache_is_priced_at_the_cold_rate():
@@ -239,3 +271,4 @@ def test_a_fresh_tensor_costs_its_page_faults_and_memory_is_priced_at_its_footpr
     assert c.fresh_pages_s(2**28) == pytest.approx(2**28 / 1e9 - 2**28 / 1e10)
     p = perfmodel.predict([Priced("aten.softmax.default", 0, 2**29, written=2**28)], c)
     assert p.bound == "memory" and p.memory_s == pytest.approx(2**29 / 1e10 + 2**28 / 1e9 - 2**28 / 1e10)
+

@@ -26,6 +26,7 @@ enter/exit operators, which pass through the same dispatcher.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -241,9 +242,19 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def record(fn: Callable[[], Any]) -> OpGraph:
-    """Run ``fn()`` once and return the graph of operators it executed (forward and any backward)."""
+def record(fn: Callable[[], Any], lines: bool = False) -> OpGraph:
+    """Run ``fn()`` once and return the graph of operators it executed (forward and any backward); with
+    ``lines``, its dispatches also count the Python lines the call ran (``"line"``: ``_LineCounter``)."""
     recorder = _Recorder()
+    if lines:
+        counter, previous = _LineCounter(recorder.graph.dispatches), sys.gettrace()
+        with recorder:
+            sys.settrace(counter.call)
+            try:
+                fn()
+            finally:
+                sys.settrace(previous)
+        return recorder.graph
     calls = recorder.graph.dispatches
     hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: calls.update(("module",)))
     try:
@@ -254,20 +265,40 @@ def record(fn: Callable[[], Any]) -> OpGraph:
     return recorder.graph
 
 
-def count_lines(fn: Callable[[], Any]) -> int:
-    """Run ``fn()`` once more, outside the recorder, and count the Python lines it ran (in every file, torch's
-    included: the host-side work between operators; ``sys.settrace``, which slows the call)."""
-    count = [0]
+#: the Python that runs a dispatch mode, not the call: the recorder's handler and torch's lookup of per-operator
+#: rules before it (torch/_library), with everything they call
+_MODE_CODE = _Recorder.__torch_dispatch__.__code__
+_MODE_FILES = os.path.join(os.path.dirname(torch.__file__), "_library", "")
+#: the frame of every nn.Module call (what a global forward hook would count, without the lines it adds)
+_MODULE_CALL = torch.nn.Module._call_impl.__code__
 
-    def local(frame, event, arg):
+
+class _LineCounter:
+    """Counts into ``dispatches`` the Python lines a call runs (``call``, the ``sys.settrace`` function; every
+    file, torch's included: the host-side work between operators) and its nn.Module calls, leaving out the
+    lines of the recorder's dispatch mode: the same lines as the call without the recorder (held by the tests)."""
+
+    def __init__(self, dispatches: Counter):
+        self.dispatches, self.inside = dispatches, 0
+        dispatches["line"] += 0
+
+    def line(self, frame, event, arg):
         if event == "line":
-            count[0] += 1
-        return local
+            self.dispatches["line"] += 1
+        return self.line
 
-    previous = sys.gettrace()
-    sys.settrace(lambda frame, event, arg: local)
-    try:
-        fn()
-    finally:
-        sys.settrace(previous)
-    return count[0]
+    def leaving(self, frame, event, arg):
+        if event == "return":
+            self.inside -= 1
+        return self.leaving
+
+    def call(self, frame, event, arg):
+        if self.inside:
+            return None
+        code = frame.f_code
+        if code is _MODE_CODE or code.co_filename.startswith(_MODE_FILES):
+            self.inside += 1
+            return self.leaving
+        if code is _MODULE_CALL:
+            self.dispatches["module"] += 1
+        return self.line

@@ -302,7 +302,7 @@ HOST_BLOCKS = 4
 def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
     """The host-side cost of model code: a stack of HOST_BLOCKS ``_Block`` on a (1, 4, 8) tensor, forward
     without gradients and a training step, each with its seconds, the Python lines it runs
-    (``opgraph.count_lines``) and the operators and dispatches it executes (``opgraph.record``).
+    and the operators and dispatches it executes (``opgraph.record``, one call).
     ``perfmodel.Constants.measured`` takes from them what a Python line and a backward node cost beyond
     everything else it prices."""
     model = torch.nn.Sequential(*[_Block() for _ in range(HOST_BLOCKS)]).to(device)
@@ -315,9 +315,10 @@ def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
     out = {}
     for name, fn in (("forward", torch.no_grad()(lambda: model(x))), ("train", train)):
         fn()
-        graph = opgraph.record(fn)
-        out[name] = {"seconds": _seconds(fn, min_run_time), "lines": opgraph.count_lines(fn),
-                     "ops": graph.summary(cache_bytes(device)), "dispatches": dict(graph.dispatches)}
+        graph = opgraph.record(fn, lines=True)
+        dispatches = dict(graph.dispatches)
+        out[name] = {"seconds": _seconds(fn, min_run_time), "lines": dispatches.pop("line"),
+                     "ops": graph.summary(cache_bytes(device)), "dispatches": dispatches}
     return out
 
 

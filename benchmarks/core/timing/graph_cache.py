@@ -1,10 +1,10 @@
 """What a case's call executes (its operators and their bytes, its dispatches and its Python lines:
 ``benchmarks.core.opgraph``), counted once per version of the code that builds and runs it.
 
-The count is a function of that code, torch's version and the case alone, and costs two more calls, one under
-a dispatch mode and one under a line tracer (``sys.settrace``): about 45 s of the default grid's run on a
-2-core CPU. So a run keeps it in the constants' cache folder (``constants_cache.folder``) under the case, the
-method, torch's version, the cache size its cold bytes are counted against and a digest of every Python file of
+The count is a function of that code, torch's version and the case alone, and costs one more call, under a
+dispatch mode and a line tracer (``sys.settrace``): about 35 s of the default grid's run on a 2-core CPU. So a
+run keeps it in the constants' cache folder (``constants_cache.folder``) under the case, the method, torch's
+version, the cache size its cold bytes are counted against and a digest of every Python file of
 ``transformer/`` and ``benchmarks/`` but those that only time, profile or compare cases already built
 (``NOT_THE_CALL``), and a later run of the same code reads it instead of counting again.
 """
@@ -76,8 +76,8 @@ def counted(case: dict | None, fn: Callable[[], Any], cache_bytes: int) -> tuple
                 return saved["ops"], saved["dispatches"]
         except (records.UnreadableRecord, KeyError, TypeError):
             pass  # counted over
-    graph = opgraph.record(fn)
-    ops, dispatches = graph.summary(cache_bytes), {**graph.dispatches, "line": opgraph.count_lines(fn)}
+    graph = opgraph.record(fn, lines=True)
+    ops, dispatches = graph.summary(cache_bytes), dict(graph.dispatches)
     if file:
         try:
             os.makedirs(os.path.dirname(file), exist_ok=True)
