@@ -8,6 +8,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -272,3 +273,16 @@ def test_a_fresh_tensor_costs_its_page_faults_and_memory_is_priced_at_its_footpr
     p = perfmodel.predict([Priced("aten.softmax.default", 0, 2**29, written=2**28)], c)
     assert p.bound == "memory" and p.memory_s == pytest.approx(2**29 / 1e10 + 2**28 / 1e9 - 2**28 / 1e10)
 
+
+def test_a_kernel_sample_makes_only_the_calls_it_times_after_its_warm_up():
+    """``constants._samples``: WARM_CALLS warm-up calls, one that sizes the samples, then the samples' calls and
+    no others (``Timer.timeit`` would add two warm-up calls before each sample: most of a slow point's calls)."""
+    calls = [0]
+
+    def stmt():
+        calls[0] += 1
+        time.sleep(0.002)
+
+    seconds = constants._samples(stmt, 0.001, 3)
+    assert calls[0] == constants.WARM_CALLS + 1 + 3  # a 2 ms call is one call a sample of 1 ms
+    assert all(0.002 <= s < 0.05 for s in seconds) and seconds == sorted(seconds)

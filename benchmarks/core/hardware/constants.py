@@ -21,6 +21,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as tb
+from torch.utils.benchmark.utils import common as tb_common
 
 from .. import opgraph
 from . import control
@@ -72,6 +73,8 @@ POINTWISE_ROW = 256
 POINTWISE_SIZES = {"cpu": (2**16, 2**20, 2**24), "cuda": (2**20, 2**24, 2**28)}
 #: the quick grid times its points at most 1/QUICK_SHRINK of the caps' FLOPs and elements (seconds, not rates)
 QUICK_SHRINK = 64
+#: calls that warm a kernel before its samples are sized and timed (``_samples``)
+WARM_CALLS = 2
 #: samples of a fresh tensor's write, the fastest kept (``_best_seconds``)
 FRESH_SAMPLES = 5
 #: tiny dispatches timed back to back for each overhead
@@ -107,12 +110,16 @@ def _seconds(stmt, min_run_time: float) -> float:
 
 def _samples(stmt, sample_time: float, samples: int) -> list[float]:
     """Seconds per call of ``stmt`` in each of ``samples`` timings of about ``sample_time`` (at least one call
-    each), after one call that warms it and sizes them: for hundreds of grid points, where
-    blocked_autorange's sizing would cost more than the timing."""
+    each), after WARM_CALLS calls that warm it and one that sizes them: for hundreds of grid points, where
+    blocked_autorange's sizing would cost more than the timing. The blocks are torch's Timer's own
+    (``Timer._timeit``: its statement, its thread count, a GPU synchronised), without the two warm-up calls
+    ``Timer.timeit`` makes before each: for a point of one call a block, they were two thirds of its calls."""
     timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
-    once = timer.timeit(1).median
-    number = max(1, int(sample_time / max(once, 1e-7)))
-    return sorted(timer.timeit(number).median for _ in range(samples))
+    with tb_common.set_torch_threads(torch.get_num_threads()):
+        timer._timeit(WARM_CALLS)
+        once = timer._timeit(1)
+        number = max(1, int(sample_time / max(once, 1e-7)))
+        return sorted(timer._timeit(number) / number for _ in range(samples))
 
 
 def _best_seconds(stmt, sample_time: float, samples: int) -> float:

@@ -14,6 +14,8 @@ import datetime as dt
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Callable, Iterable
 
 import torch
@@ -61,7 +63,12 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
                 return saved["constants"], f"cached, measured {saved['measured_at'][:16]}"
         except (records.UnreadableRecord, KeyError, ValueError, TypeError):
             pass  # measured over
+    what = f"the performance model's constants ({device}, {dtype}" + (
+        f", {key['threads']} thread{'s' if key['threads'] > 1 else ''})" if device == "cpu" else ")")
+    print(f"measuring {what}, kept in {folder()} for {MAX_AGE_DAYS} days", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     value = (measure or constants.measure)(device, dtype, quick)
+    print(f"measured {what} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     try:
         os.makedirs(folder(), exist_ok=True)
         records.write_json_atomic(file, {"key": key, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(),
