@@ -213,13 +213,16 @@ def test_a_case_with_two_modes_is_listed_with_both_levels(tmp_path):
 
 @pytest.mark.parametrize("unsettled", ["two modes", "faulting throughout"])
 def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks, monkeypatch, unsettled):
-    """After the planned rounds, up to EXTRA_ROUNDS more for the cases still unsettled, only for them: with two
+    """After the planned rounds, up to EXTRA_ROUNDS more for the methods still unsettled, only for them: with two
     modes, or faulting on every call of a cheap case in every process (each may have drawn the slower state)."""
     bimodal = PLAN[0][1]  # the tiny transformer: 14 ms in odd rounds, 28 ms in even ones; or 1 ms, faulting
+    steady = "generate"  # a method of that case whose processes agree: it gets no further round
 
     def fake(case, method, *, previous=None, **kw):
         round_ = len((previous or {}).get("rounds", [])) + 1
-        if unsettled == "two modes":
+        if method == steady:
+            median, faults = 0.04, None
+        elif unsettled == "two modes":
             median, faults = 0.028 if case.params == bimodal and round_ % 2 == 0 else 0.014, None
         else:  # cheap in a round of 0.01 / 3 s; the other case faults too, but not cheaply
             median, faults = (0.001, 9000) if case.params == bimodal else (0.04, 9000)
@@ -242,7 +245,7 @@ def test_cases_whose_processes_disagree_get_more_processes(tmp_path, fake_peaks,
     assert [n for n, _ in started] == [1, 2, 3, 4, 5]
     assert started[3][1] == started[4][1] == ["transformer"]  # only the unsettled case
     for rec in r.records:
-        two = rec["params"] == bimodal
+        two = rec["params"] == bimodal and rec["method"] != steady
         assert len(rec["rounds"]) == (5 if two else 3)
         assert bool(rec.get("modes")) == (two and unsettled == "two modes")
     started.clear()  # a second run finds every case whole, those with more rounds than planned too

@@ -16,7 +16,7 @@ The command lines run each round in a fresh process (``fresh``): what one proces
 pages, its allocator's state, its place on the cores) moves a case's time by a few per cent, or by 2x
 for a case whose intermediates are megabytes, and persists for the process, so a time from one process is
 one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels, or
-where each faulted in pages on every call: ``Runner.unsettled``).
+where each faulted in pages on every call: ``Runner.unsettled_record``).
 
 ``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks.world``
 spreads a grid over torchrun's ranks.
@@ -151,13 +151,20 @@ class Runner:
             return self.rounds, record
         return len(record.get("rounds", [None])), record
 
-    def unsettled(self, area: str, params: dict) -> bool:
-        """Whether a method of the case ran at two levels in the processes so far (``measure.modes_of``), or
-        faulted in pages on every call in each of them (``measure.faulting_throughout``: each process may have
-        drawn the slower memory state)."""
-        records = [self.recorded(area, m, params)[1] or {} for m in self.methods(area, params)]
-        return any(r.get("modes") or measure.faulting_throughout(r.get("rounds", []), self.min_run_time / self.rounds)
-                   for r in records)
+    def unsettled_record(self, record: dict | None) -> bool:
+        """Whether a method ran at two levels in the processes so far (``measure.modes_of``), or faulted in pages
+        on every call in each of them (``measure.faulting_throughout``: each process may have drawn the slower
+        memory state): the methods a round after the planned ones times again, and no others."""
+        record = record or {}
+        return bool(record.get("modes")) or measure.faulting_throughout(record.get("rounds", []),
+                                                                          self.min_run_time / self.rounds)
+
+    def pending(self, area: str, params: dict, round_: int) -> dict[str, dict | None]:
+        """The methods of a case that round ``round_`` times, each with its record so far (None: none yet):
+        those that lack the round; in a round after the planned ones, only the unsettled ones."""
+        return {method: previous for method in self.methods(area, params)
+                for have, previous in [self.recorded(area, method, params)]
+                if have < round_ and (round_ <= self.rounds or self.unsettled_record(previous))}
 
     def rounds_left(self, area: str, params: dict) -> int:
         """Method-rounds of the case still to time: 0 when every method already has a record of this commit
@@ -226,14 +233,10 @@ class Runner:
         return case
 
     def run_case(self, area: str, params: dict, peaks: dict[str, float], round_: int = 1) -> list[dict]:
-        """Build one case and measure each of its methods that lacks round ``round_`` (of ``rounds``; each
-        round times ``min_run_time / rounds`` seconds), writing one record per method. A case with nothing
-        left to measure in this round is not built."""
-        pending = {}  # method -> its record after the earlier rounds (None: none yet)
-        for method in self.methods(area, params):
-            have, previous = self.recorded(area, method, params)
-            if have < round_:
-                pending[method] = previous
+        """Build one case and measure each of its methods that round ``round_`` times (``pending``; each round
+        times ``min_run_time / rounds`` seconds), writing one record per method. A case with nothing left to
+        measure in this round is not built."""
+        pending = self.pending(area, params, round_)  # method -> its record after the earlier rounds
         if not pending:
             return []
         started = time.time()
@@ -295,7 +298,7 @@ class Runner:
                 for round_ in range(1, self.rounds + 1) if remaining else ():  # none for a whole folder
                     self.round_in_process(remaining, round_, progress)
                 for round_ in range(self.rounds + 1, self.rounds + EXTRA_ROUNDS + 1):
-                    unsettled = [(a, p) for a, p in remaining if self.unsettled(a, p)]
+                    unsettled = [(a, p) for a, p in remaining if self.pending(a, p, round_)]
                     if unsettled:  # more processes where they disagree or may all have drawn the slower state
                         self.round_in_process(unsettled, round_, progress)
             else:
@@ -383,7 +386,7 @@ def _measure_round(settings: dict, peaks: dict[str, float], remaining: list[tupl
     runner = Runner(**settings)
     runner.peaks = peaks
     try:
-        left = sum(runner.recorded(a, m, p)[0] < round_ for a, p in remaining for m in runner.methods(a, p))
+        left = sum(len(runner.pending(a, p, round_)) for a, p in remaining)
         bar = tqdm(total=left, desc=f"round {round_} of {max(round_, runner.rounds)}", unit="method",
                    disable=not progress, file=sys.stderr, smoothing=0)
         with bar:
