@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     pairs, write the report and print its path."""
     from reports import html, publish  # here, not at the top: the round processes import this module too
 
-    start = time.time()
+    stages = Stages()
     report = not args.no_report
     if report:
         html.check_replaceable(args.report, [pipeline.run_folder(args)])
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     try:
         _, total = pipeline.measure_grid(run, progress=not args.no_progress)
+        stages.done("grid")
         if ranks.rank != 0:
             return 0
         if ranks.world > 1:
@@ -69,19 +70,38 @@ def run(args: argparse.Namespace) -> int:
             # in a process of its own: the calibration set torch's threads in this one
             profiled = profiler.run_set_fresh(chosen, out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
+            stages.done("profiles")
         if args.pairs_budget:
             _time_pairs(args, out, run.todo)
+            stages.done("pairs")
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
     finally:
         run.release()
     if not report:
+        print(f"Measured in {stages}", file=sys.stderr)
         print(os.path.abspath(out))
         return 0
     index = publish.build([out], args.report)
-    print(f"Report written in {time.time() - start:.0f} s:", file=sys.stderr)
+    stages.done("report")
+    print(f"Report written in {stages}:", file=sys.stderr)
     print(os.path.abspath(index))
     return 0
+
+
+class Stages:
+    """The main job's stages and the seconds each took, for its last line: "300 s (grid 200 s, ...)"."""
+
+    def __init__(self):
+        self.start = self.last = time.time()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, stage: str) -> None:
+        now = time.time()
+        self.seconds[stage], self.last = now - self.last, now
+
+    def __str__(self) -> str:
+        return f"{self.last - self.start:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items()) + ")"
 
 
 def _time_pairs(args, out: str, todo: list[tuple[str, dict]]) -> None:

@@ -255,3 +255,14 @@ def test_the_asv_duration_estimate_reads_a_real_runner_folder(tmp_path, fake_pea
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"2 measured CPU cases in {run}" in done.stdout and "benchmark processes" in done.stdout
+
+
+def test_the_main_jobs_last_line_gives_each_stage_its_seconds(monkeypatch):
+    from attention_bench import measuring
+
+    clock = iter([100.0, 300.0, 330.0, 380.0, 392.0])
+    monkeypatch.setattr(measuring.time, "time", lambda: next(clock))
+    stages = measuring.Stages()
+    for stage in ("grid", "profiles", "pairs", "report"):
+        stages.done(stage)
+    assert str(stages) == "292 s (grid 200 s, profiles 30 s, pairs 50 s, report 12 s)"
