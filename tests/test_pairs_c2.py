@@ -84,6 +84,32 @@ def test_the_fraction_is_the_ratio_times_the_flops_and_the_faster_memory_state_c
     assert measure.STATE_PAGES < 12000
 
 
+def test_a_session_that_faulted_but_ran_near_the_faster_level_stays_in_the_slower_state():
+    """Math attention at n = 1024 as a run timed it: session 0 kept its 128 MB of scores, sessions 1 and 2
+    faulted them in afresh on every call (31,744 pages), session 2 in a quieter moment. The widest gap in time
+    (between sessions 2 and 1) would group session 2 with session 0 and see no memory states, so that every
+    session counted and the fraction fell by half; split by their faults, the faster state is session 0's."""
+    flops_a, flops_b = 10**9, 2 * 10**9
+    run = Sessions([([1.39, 1.40], 0.0), ([0.38, 0.39], 31744.0), ([0.92, 0.93], 31744.0)])
+    got = sessions.fraction_of_gemm(run, 0, run.estimates()[0], flops_a, flops_b)
+    assert got["fraction_sessions"] == [0] and got["fraction"] == pytest.approx(1.395 / 2, rel=0.01)
+    fast, slow = got["modes"]
+    assert (fast["sessions"], slow["sessions"]) == (1, 2) and not slow["counted"]
+    # as a grid's rounds: the faulting round nearer the fast one is still of the slower state
+    rounds = [{"median_s": t, "q25_s": t, "q75_s": t, "blocks": 1, "faults_per_call": f}
+              for t, f in ((0.72, 0.0), (2.6, 31744.0), (1.09, 31744.0))]
+    assert [(m["processes"], m["faults_per_call"]) for m in measure.modes_of(rounds)] == [(1, 0.0), (2, 31744.0)]
+    # a round faulting in some pages each call, fewer than a state's, joins the level its time is nearer
+    between = [{**r, "median_s": t, "faults_per_call": f}
+               for r, t, f in zip(rounds, (0.87, 0.69, 0.862), (16384.0, 0.0, 2048.0), strict=True)]
+    assert [m["processes"] for m in measure.fault_states(between)] == [1, 2]
+    nearer_fast = [{**r, "median_s": 0.70} if r["faults_per_call"] == 2048.0 else r for r in between]
+    assert [m["processes"] for m in measure.fault_states(nearer_fast)] == [2, 1]
+    # faults that split without the faulting side running slower are not two states
+    level = [{**r, "median_s": t} for r, t in zip(rounds, (1.0, 1.05, 0.98), strict=True)]
+    assert measure.fault_states(level) is None
+
+
 def c2_pair(backend: str, n: int, fraction: float, low: float, high: float, **more) -> dict:
     return {"kind": "c2", "status": "ok", "params": {"seq_len": n, "d_head": 64, "backend": backend, "causal": False,
                                                       "dtype": "float32", "device": "cpu"},

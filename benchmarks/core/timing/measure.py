@@ -11,6 +11,7 @@ runner's ``--rounds``); ``combined`` makes one record of them.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import resource
 import statistics
@@ -212,12 +213,15 @@ def combined(rounds: list[dict]) -> dict:
 
 
 def modes_of(rounds: list[dict]) -> list[dict] | None:
-    """Two levels of a case timed in several processes, or None: the round medians sorted, split at their
-    widest gap; two modes when that gap passes MODE_GAP and either MODE_SPREADS times the larger spread
-    (IQR over median of its blocks) of the two rounds beside it, where both timed MIN_SAMPLES blocks or more
-    (fewer measure no spread), or the page faults per call of the two sides differ as FAULT_PAGES and
-    FAULT_FACTOR say. Each mode: its median time, how many processes
-    (rounds) ran at it and, where the rounds counted them, their median page faults per call."""
+    """Two levels of a case timed in several processes, or None. Where the rounds ran in two memory states
+    (``fault_states``), those; else the round medians sorted, split at their widest gap; two modes when that gap
+    passes MODE_GAP and either MODE_SPREADS times the larger spread (IQR over median of its blocks) of the two
+    rounds beside it, where both timed MIN_SAMPLES blocks or more (fewer measure no spread), or the page faults
+    per call of the two sides differ as FAULT_PAGES and FAULT_FACTOR say. Each mode: its median time, how many
+    processes (rounds) ran at it and, where the rounds counted them, their median page faults per call."""
+    states = fault_states(rounds)
+    if states is not None:
+        return states
     ordered = sorted(rounds, key=lambda r: r["median_s"])
     gaps = [ordered[i + 1]["median_s"] / ordered[i]["median_s"] - 1 for i in range(len(ordered) - 1)]
     if not gaps:
@@ -232,6 +236,31 @@ def modes_of(rounds: list[dict]) -> list[dict] | None:
         return None
     return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
              **({"faults_per_call": f} if f is not None else {})} for part, f in zip(parts, faults, strict=True)]
+
+
+def fault_states(rounds: list[dict]) -> list[dict] | None:
+    """The rounds as two memory states by their page faults per call, or None: a round that faults in more than
+    STATE_PAGES pages each call is of the slower state, one that faults in at most FAULT_PAGES of the faster, and
+    one between joins the state whose time is nearer (log scale); two states where each has a round, the slower
+    runs slower by more than MODE_GAP and ``memory_states`` holds. A round that faulted afresh on every call but
+    ran nearer the faster level (a quiet moment of a shared machine) stays with its state, where the widest gap
+    in time would group it with the rounds that did not fault."""
+    if any(r.get("faults_per_call") is None for r in rounds):
+        return None
+    fast = [r for r in rounds if r["faults_per_call"] <= FAULT_PAGES]
+    slow = [r for r in rounds if r["faults_per_call"] > STATE_PAGES]
+    if not fast or not slow:
+        return None
+    level = [math.log(statistics.median(r["median_s"] for r in part)) for part in (fast, slow)]
+    if level[1] - level[0] <= math.log1p(MODE_GAP):
+        return None
+    for r in rounds:
+        if FAULT_PAGES < r["faults_per_call"] <= STATE_PAGES:
+            nearer_slow = abs(math.log(r["median_s"]) - level[1]) < abs(math.log(r["median_s"]) - level[0])
+            (slow if nearer_slow else fast).append(r)
+    modes = [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
+              "faults_per_call": _median_faults(part)} for part in (fast, slow)]
+    return modes if memory_states(modes) else None
 
 
 def _median_faults(rounds: list[dict]) -> float | None:
