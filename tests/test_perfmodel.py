@@ -286,3 +286,13 @@ def test_a_kernel_sample_makes_only_the_calls_it_times_after_its_warm_up():
     seconds = constants._samples(stmt, 0.001, 3)
     assert calls[0] == constants.WARM_CALLS + 1 + 3  # a 2 ms call is one call a sample of 1 ms
     assert all(0.002 <= s < 0.05 for s in seconds) and seconds == sorted(seconds)
+
+
+def test_the_kernels_operands_are_distinct_aligned_regions_of_one_normal_draw():
+    normal = constants._Normal("cpu", torch.float32, 1000)
+    a, b = normal(3, 5), normal(7, requires_grad=True)
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # one buffer, drawn once
+    assert b.data_ptr() - a.data_ptr() == 16 * 4 and a.data_ptr() % 64 == 0  # the next 64-byte boundary
+    assert b.requires_grad and b.is_leaf and not a.requires_grad
+    assert normal(990).data_ptr() == a.data_ptr()  # what no longer fits starts the buffer again
+    assert normal(2000).shape == (2000,) and abs(float(normal.buffer.std()) - 1) < 0.15

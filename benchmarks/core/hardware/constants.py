@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import glob
 import itertools
+import math
 import statistics
 
 import torch
@@ -167,9 +168,32 @@ def attention_backward_flops(batch: int, L: int, S: int, E: int) -> int:
     return 10 * batch * L * S * E
 
 
-def _gemm_call(device, dtype, batch, m, n, k):
-    a = torch.randn(batch, m, k, device=device, dtype=dtype)
-    b = torch.randn(batch, k, n, device=device, dtype=dtype)
+class _Normal:
+    """Standard-normal operands for one kernel's grid points on ``device`` in ``dtype``, cut from one buffer of
+    ``size`` elements (what one point's operands and result hold at most: ELEMENT_CAP, over the quick grid's
+    shrink) drawn at the first request, instead of drawn afresh for each point (torch.randn was a third of the
+    kernels' time): each request gets the next region, aligned to 64 bytes as the allocator's are, so that the
+    operands of one call never share memory."""
+
+    def __init__(self, device: str, dtype: torch.dtype, size: int):
+        self.device, self.dtype, self.size = device, dtype, size
+        self.buffer: torch.Tensor | None = None
+        self.next = 0
+
+    def __call__(self, *shape: int, requires_grad: bool = False) -> torch.Tensor:
+        if self.buffer is None:
+            self.buffer = torch.randn(self.size, device=self.device, dtype=self.dtype)
+        numel, align = math.prod(shape), max(1, 64 // self.dtype.itemsize)
+        if numel > self.size:
+            return torch.randn(*shape, device=self.device, dtype=self.dtype, requires_grad=requires_grad)
+        start = self.next if self.next + numel <= self.size else 0
+        self.next = -(-(start + numel) // align) * align
+        return self.buffer[start:start + numel].view(shape).detach().requires_grad_(requires_grad)
+
+
+def _gemm_call(normal: _Normal, batch, m, n, k):
+    a = normal(batch, m, k)
+    b = normal(batch, k, n)
     if batch == 1:
         a, b = a[0], b[0]
     return lambda: torch.matmul(a, b)
@@ -180,19 +204,19 @@ def _gemm_call(device, dtype, batch, m, n, k):
 COLD_COPIES = 64
 
 
-def _gemm_cold_call(device, dtype, batch, m, n, k):
+def _gemm_cold_call(normal: _Normal, batch, m, n, k):
     """A matrix product whose B is not in the cache: it cycles through copies of B that, together, are twice
-    the last-level cache (at most COLD_COPIES of them)."""
-    a = torch.randn(m, k, device=device, dtype=dtype)
-    per = k * n * dtype.itemsize
-    copies = max(2, min(COLD_COPIES, -(-2 * (cache_bytes(device) or 0) // per)))
-    bs = itertools.cycle([torch.randn(k, n, device=device, dtype=dtype) for _ in range(copies)])
+    the last-level cache (at most COLD_COPIES of them, each its own allocation: more than ``normal`` holds)."""
+    a = normal(m, k)
+    per = k * n * normal.dtype.itemsize
+    copies = max(2, min(COLD_COPIES, -(-2 * (cache_bytes(normal.device) or 0) // per)))
+    bs = itertools.cycle([torch.randn(k, n, device=normal.device, dtype=normal.dtype) for _ in range(copies)])
     return lambda: torch.matmul(a, next(bs))
 
 
-def _attention_call(device, dtype, batch, L, S, E, backward=False):
-    q = torch.randn(batch, 1, L, E, device=device, dtype=dtype, requires_grad=backward)
-    k, v = (torch.randn(batch, 1, S, E, device=device, dtype=dtype, requires_grad=backward) for _ in range(2))
+def _attention_call(normal: _Normal, batch, L, S, E, backward=False):
+    q = normal(batch, 1, L, E, requires_grad=backward)
+    k, v = (normal(batch, 1, S, E, requires_grad=backward) for _ in range(2))
     if not backward:
         return lambda: F.scaled_dot_product_attention(q, k, v)
     out = F.scaled_dot_product_attention(q, k, v)
@@ -216,11 +240,11 @@ def kernel_rates(kind: str, device: str = "cpu", dtype: str = "float32", grid: d
     the axes in that order (a list of pairs: records are written with sorted keys, which would reorder a dict)."""
     flops, elements, call = KERNELS[kind]
     grid = grid or GRIDS[device][kind]
-    dt, rates, timed = getattr(torch, dtype), [], {}
+    normal, rates, timed = _Normal(device, getattr(torch, dtype), ELEMENT_CAP[device] // shrink), [], {}
     for point in itertools.product(*grid.values()):
         dims = _capped(point, flops, elements, device, shrink)
         if dims not in timed:
-            timed[dims] = flops(*dims) / _kernel_seconds(call(device, dt, *dims), block_time)
+            timed[dims] = flops(*dims) / _kernel_seconds(call(normal, *dims), block_time)
         rates.append(timed[dims])
     return {"axes": [[name, list(values)] for name, values in grid.items()], "flops_per_s": rates}
 
