@@ -56,3 +56,25 @@ def test_the_code_digest_changes_with_the_models_and_the_cases_but_not_with_the_
             f.write("\n# changed\n")
         assert graph_cache.code_digest.__wrapped__(str(tmp_path)) != before, changed
         before = graph_cache.code_digest.__wrapped__(str(tmp_path))
+
+
+def test_a_depth_cases_graph_is_recorded_once_per_version_of_the_code(tmp_path, monkeypatch):
+    from benchmarks import cases
+    from benchmarks.core.timing import measure
+
+    monkeypatch.setenv("ATTENTION_BENCH_CACHE", str(tmp_path))
+    params = {"model": "transformer", "preset": "tiny", "mode": "forward", "seq_len": 4, "device": "cpu"}
+    case, identity = cases.build("depth", params), {"area": "depth", "params": params}
+    first = measure.graph_metrics(case, identity)
+    assert first == measure.graph_metrics(case)  # as recorded without the cache
+    assert first["sequential_depth"] > 0 and first["counted_matmul_flops"] == first["matmul_flops"]
+
+    def fail(fn, lines=False):
+        raise AssertionError("recorded again")
+
+    with monkeypatch.context() as m:
+        m.setattr(opgraph, "record", fail)
+        assert measure.graph_metrics(case, identity) == first  # read back
+        m.setattr(graph_cache, "code_digest", lambda: "another version")
+        with pytest.raises(AssertionError, match="recorded again"):
+            measure.graph_metrics(case, identity)

@@ -67,21 +67,43 @@ def counted(case: dict | None, fn: Callable[[], Any], cache_bytes: int) -> tuple
     """(the operators' summary, the dispatches with "line": the Python lines) of ``fn``, the call of ``case``
     ({"area", "method", "params"}); from the cache when this code counted it before, else counted and kept.
     Without ``case`` (a call that names no case) always counted."""
-    key = {"case": case, "code": code_digest(), "torch": torch.__version__, "cache_bytes": cache_bytes}
-    file = path(key) if case is not None else None
+    def count() -> dict:
+        graph = opgraph.record(fn, lines=True)
+        return {"ops": graph.summary(cache_bytes), "dispatches": dict(graph.dispatches)}
+
+    saved = _kept({"case": case, "code": code_digest(), "torch": torch.__version__, "cache_bytes": cache_bytes},
+                  case is not None, count)
+    return saved["ops"], saved["dispatches"]
+
+
+def depth(case: dict | None, fn: Callable[[], Any]) -> dict:
+    """The executed graph's sequential depth, launches and counted matmul FLOPs of ``fn``, the call of a depth
+    case (``case``, as ``counted`` has it), kept as ``counted`` keeps its count."""
+    def count() -> dict:
+        graph = opgraph.record(fn)
+        return {"sequential_depth": graph.depth, "op_launches": graph.launches,
+                "counted_matmul_flops": graph.matmul_flops}
+
+    key = {"case": case, "code": code_digest(), "torch": torch.__version__, "what": "depth"}
+    return {k: v for k, v in _kept(key, case is not None, count).items() if k != "key"}
+
+
+def _kept(key: dict, keep: bool, count: Callable[[], dict]) -> dict:
+    """What ``count`` returns for ``key``: read from the cache where it was kept before (and ``keep``), else
+    counted and, where ``keep``, kept."""
+    file = path(key) if keep else None
     if file and os.path.exists(file):
         try:
             saved = records.read_json(file)
             if saved.get("key") == json.loads(json.dumps(key, default=str)):
-                return saved["ops"], saved["dispatches"]
+                return saved
         except (records.UnreadableRecord, KeyError, TypeError):
             pass  # counted over
-    graph = opgraph.record(fn, lines=True)
-    ops, dispatches = graph.summary(cache_bytes), dict(graph.dispatches)
+    saved = count()
     if file:
         try:
             os.makedirs(os.path.dirname(file), exist_ok=True)
-            records.write_json_atomic(file, {"key": key, "ops": ops, "dispatches": dispatches})
+            records.write_json_atomic(file, {"key": key, **saved})
         except OSError:  # a cache that cannot be written costs the next run a count, nothing more
             pass
-    return ops, dispatches
+    return saved

@@ -24,7 +24,6 @@ import torch
 import torch.utils.benchmark as tbench
 
 from ...area import Prepared, Skip, using_threads
-from .. import opgraph
 from ..hardware import constants
 from ..hardware.control import control_flops_per_s, threads_left_alone
 from ..hardware.machine import cpu_counters, others_cpu_share
@@ -292,7 +291,7 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
     (``graph_cache``)."""
     fn, work, tokens = case.work(method)
     if method == "graph":
-        return graph_metrics(case)
+        return graph_metrics(case, identity)
     with using_threads(case.threads):
         # no separate warm-up call: blocked_autorange first runs fn to size its blocks, at this thread count,
         # which torch documents as the warm-up; one more call here cost a quarter of the default grid's time
@@ -323,10 +322,10 @@ def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: flo
     return record
 
 
-def graph_metrics(case: Prepared) -> dict:
+def graph_metrics(case: Prepared, identity: dict | None = None) -> dict:
     """The executed graph of a depth case: sequential depth, launches, and matmul FLOPs (analytic and
-    counted on the executed operators)."""
+    counted on the executed operators); recorded once per version of the code where ``identity`` names the case
+    (``graph_cache.depth``)."""
     fn, work, tokens = case.work("graph")
-    graph = opgraph.record(fn)
-    return {"sequential_depth": graph.depth, "op_launches": graph.launches, "tokens": tokens,
-            "matmul_flops": work.matmul_total, "counted_matmul_flops": graph.matmul_flops}
+    graph = graph_cache.depth(identity and {**identity, "method": "graph"}, fn)
+    return {**graph, "tokens": tokens, "matmul_flops": work.matmul_total}
