@@ -72,7 +72,7 @@ def counted(case: dict | None, fn: Callable[[], Any], cache_bytes: int) -> tuple
         return {"ops": graph.summary(cache_bytes), "dispatches": dict(graph.dispatches)}
 
     saved = _kept({"case": case, "code": code_digest(), "torch": torch.__version__, "cache_bytes": cache_bytes},
-                  case is not None, count)
+                  case is not None, count, ("ops", "dispatches"))
     return saved["ops"], saved["dispatches"]
 
 
@@ -85,18 +85,18 @@ def depth(case: dict | None, fn: Callable[[], Any]) -> dict:
                 "counted_matmul_flops": graph.matmul_flops}
 
     key = {"case": case, "code": code_digest(), "torch": torch.__version__, "what": "depth"}
-    return {k: v for k, v in _kept(key, case is not None, count).items() if k != "key"}
+    return _kept(key, case is not None, count, ("sequential_depth", "op_launches", "counted_matmul_flops"))
 
 
-def _kept(key: dict, keep: bool, count: Callable[[], dict]) -> dict:
-    """What ``count`` returns for ``key``: read from the cache where it was kept before (and ``keep``), else
-    counted and, where ``keep``, kept."""
+def _kept(key: dict, keep: bool, count: Callable[[], dict], fields: tuple[str, ...]) -> dict:
+    """The ``fields`` that ``count`` returns for ``key``: read from the cache where they were kept before (and
+    ``keep``; a file without them is counted over), else counted and, where ``keep``, kept."""
     file = path(key) if keep else None
     if file and os.path.exists(file):
         try:
             saved = records.read_json(file)
             if saved.get("key") == json.loads(json.dumps(key, default=str)):
-                return saved
+                return {f: saved[f] for f in fields}
         except (records.UnreadableRecord, KeyError, TypeError):
             pass  # counted over
     saved = count()

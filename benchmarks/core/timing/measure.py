@@ -233,8 +233,7 @@ def modes_of(rounds: list[dict]) -> list[dict] | None:
     faults = [_median_faults(part) for part in parts]
     if gaps[at] <= MODE_GAP or ((not known or gaps[at] <= MODE_SPREADS * own) and not _fault_split(*faults)):
         return None
-    return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
-             **({"faults_per_call": f} if f is not None else {})} for part, f in zip(parts, faults, strict=True)]
+    return _modes(parts)
 
 
 def fault_states(rounds: list[dict]) -> list[dict] | None:
@@ -257,9 +256,15 @@ def fault_states(rounds: list[dict]) -> list[dict] | None:
         if FAULT_PAGES < r["faults_per_call"] <= STATE_PAGES:
             nearer_slow = abs(math.log(r["median_s"]) - level[1]) < abs(math.log(r["median_s"]) - level[0])
             (slow if nearer_slow else fast).append(r)
-    modes = [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
-              "faults_per_call": _median_faults(part)} for part in (fast, slow)]
+    modes = _modes((fast, slow))
     return modes if memory_states(modes) else None
+
+
+def _modes(parts) -> list[dict]:
+    """Each part of a case's rounds as a mode: its median time, how many processes ran at it and, where the rounds
+    counted them, their median page faults per call."""
+    return [{"time_s": float(statistics.median(r["median_s"] for r in part)), "processes": len(part),
+             **({"faults_per_call": f} if (f := _median_faults(part)) is not None else {})} for part in parts]
 
 
 def _median_faults(rounds: list[dict]) -> float | None:
