@@ -25,7 +25,9 @@ the other pairs'). The pairs:
             and both are kept
 
 Where a side of a c1 or heads pair ran in two memory states across the sessions, its ratio is over the sessions
-of the state more of them drew, and both states are kept (``in_memory_states``).
+of the state more of them drew, both states are kept, and its interval holds both (``in_memory_states``); the
+machine keeps them (``kept_states``), so that a later run whose sessions all drew one of them states its interval
+over both as well.
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
@@ -45,6 +47,7 @@ from . import cases
 from .ceiling import ceiling
 from .core import envelope, guards
 from .core.hardware import machine
+from .core.pairing import kept_states
 from .core.pairing.mirrored import FIXED_ALLOCATOR, HANDOVER_S, Side, busy
 from .core.pairing.sessions import PairRounds, fraction_of_gemm, in_memory_states
 from .core.pairing.workers import Worker, WorkerDied
@@ -216,7 +219,8 @@ def show(rows: list[dict]) -> str:
 def notes(row: dict) -> str:
     """What a pair's ratio comes with: '  (55% of the GEMM's rate, 50-60%)' for a c2 pair, with both memory states
     where it ran in two; for another pair that ran in two, '  (two memory states: 2 sessions at 4.40, counted; 1
-    session at 2.16)'; and the rounds timed on a busy machine (``mirrored.busy``); else ''."""
+    session at 2.16)', or for one whose sessions drew one of the states earlier runs kept, that
+    (``kept_states.said``); and the rounds timed on a busy machine (``mirrored.busy``); else ''."""
     def states(figure) -> str:
         return "two memory states: " + "; ".join(
             f"{m['sessions']} session{'s' * (m['sessions'] != 1)} at {figure(m)}" + (", counted" if m.get("counted")
@@ -228,6 +232,8 @@ def notes(row: dict) -> str:
     if row.get("modes"):
         parts.append(states(lambda m: format(m["fraction"], ".0%")) if "fraction" in row
                      else states(lambda m: format(m["ratio"], ".2f")))
+    if row.get("earlier_states"):
+        parts.append(kept_states.said(row["earlier_states"]))
     if said := busy(row.get("round_others_cpu_share")):
         parts.append(said)
     return f"  ({'; '.join(parts)})" if parts else ""
@@ -282,6 +288,7 @@ def measure(kinds: list[str], grid: str, device: str, budget: float, record: str
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
     rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env, chosen)
+    rows = kept_states.attach(machine.metadata(), rows, os.path.realpath(record))
     saved = envelope.save(record, "pairs", commit(), regime=regime, grid=grid, device=device, rounds=rounds,
                           elapsed_s=seconds, budget_s=budget, precision=PRECISION, block_s=BLOCK_S,
                           threads=torch.get_num_threads(), worker_env=env or {}, pairs=kept + rows,

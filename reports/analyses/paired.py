@@ -15,6 +15,7 @@ import pandas as pd
 
 from benchmarks.ceiling import ceiling
 from benchmarks.core.hardware.machine import BUSY_SHARE
+from benchmarks.core.pairing import kept_states
 from benchmarks.core.pairing.mirrored import FIXED_ALLOCATOR, busy_rounds
 from benchmarks.core.timing import measure, rerun
 from transformer import PRESETS
@@ -41,7 +42,8 @@ def table(records: list[dict]) -> pd.DataFrame:
              "low": p["low"], "high": p["high"], "rounds": p["rounds"], "a_s": p["a_s"], "b_s": p["b_s"],
              "preset": p["params"].get("preset"), "seq_len": p["params"].get("seq_len"),
              "strategy": p["params"].get("strategy"), "backend": p["params"].get("backend"),
-             **{k: p.get(k, math.nan) for k in FRACTION}, "states": _states(p.get("modes")),
+             **{k: p.get(k, math.nan) for k in FRACTION},
+             "states": _states(p),
              "settings": _settings(p.get("worker_env"), r.get("worker_env")),
              "a": p.get("a"), "b": p.get("b"), "busy_rounds": _busy_rounds(p.get("round_others_cpu_share")),
              **{f"faults_{side}": _median_faults(p.get("round_faults"), side) for side in ("a", "b")}}
@@ -92,12 +94,15 @@ def _settings(mine: dict | None, record: dict | None) -> str | None:
     return "glibc's allocator fixed" if extra == FIXED_ALLOCATOR else _env(extra)
 
 
-def _states(modes: list[dict] | None) -> str | None:
+def _states(pair: dict) -> str | None:
     """Where a pair's sessions ran one side in two memory states: "its faster memory state, 2 of 3 sessions; the
     other was at 24%" (c2: the faster state counts), "over 2 of 3 sessions, the memory state most drew (65,538 page
-    faults a call); the other, at 0, gave 2.16×" (another pair: the state more sessions drew counts)."""
+    faults a call); the other, at 0, gave 2.16×; the interval holds both" (another pair: the state more sessions
+    drew counts); where they drew one of the states earlier runs of the machine kept, ``kept_states.said``; else
+    None."""
+    modes = pair.get("modes")
     if not modes:
-        return None
+        return kept_states.said(pair["earlier_states"]) if pair.get("earlier_states") else None
     counted = next((m for m in modes if m.get("counted")), modes[0])
     other = next(m for m in modes if m is not counted)
     total = counted["sessions"] + other["sessions"]
@@ -108,7 +113,8 @@ def _states(modes: list[dict] | None) -> str | None:
     mine, theirs = _faults(counted), _faults(other)
     return (f"over {counted['sessions']} of {total} sessions, the memory state most drew"
             + (f" ({mine} page faults a call)" if mine else "") + f"; the {others}"
-            + (f", at {theirs}," if theirs else "") + f" gave {fmt_ratio(other['ratio'])}")
+            + (f", at {theirs}," if theirs else "") + f" gave {fmt_ratio(other['ratio'])}"
+            + ("; the interval holds both" if "state_interval" in pair else ""))
 
 
 def _faults(state: dict) -> str | None:

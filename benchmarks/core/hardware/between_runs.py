@@ -31,9 +31,10 @@ def key(metadata: dict) -> dict:
     return {k: metadata.get(k) for k in FACTS}
 
 
-def path(metadata: dict) -> str:
+def path(metadata: dict, name: str = "between-runs") -> str:
+    """The file ``name`` keeps for the machine of ``metadata``, in the constants' cache folder."""
     digest = hashlib.sha256(json.dumps(key(metadata), sort_keys=True).encode()).hexdigest()[:20]
-    return os.path.join(constants_cache.folder(), f"between-runs-{digest}.json")
+    return os.path.join(constants_cache.folder(), f"{name}-{digest}.json")
 
 
 def pooled(batches: list[dict]) -> dict:

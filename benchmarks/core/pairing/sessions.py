@@ -106,7 +106,8 @@ def in_memory_states(rounds_of: PairRounds, p: int, est: Estimate) -> dict:
     """A pair's ratio where one side ran in two memory states across the sessions (``memory_state_sessions``: 64
     heads' 134 MB of scores come from fresh pages on every call in most processes, from kept ones in a few, at
     half the time): over the sessions of the state more of them drew, the state a rerun most likely gets, with
-    both states and the estimate over every session kept; {} where neither side did."""
+    both states and the estimate over every session kept; {} where neither side did. Its interval holds both
+    states (``both_states``): a rerun draws its sessions' states afresh, and its ratio lands in either."""
     for side in ("a", "b"):
         keep, modes = memory_state_sessions(rounds_of, p, side, counted="most")
         if modes is not None:
@@ -114,7 +115,17 @@ def in_memory_states(rounds_of: PairRounds, p: int, est: Estimate) -> dict:
     else:
         return {}
     counted = rounds_of.over_sessions(p, keep)
-    return {"ratio": counted.ratio, "low": counted.low, "high": counted.high, "state_side": side,
-            "state_sessions": keep, "over_every_session": [est.ratio, est.low, est.high],
-            "modes": [{"ratio": m["time_s"] if side == "b" else 1 / m["time_s"], "sessions": m["processes"],
-                       "faults_per_call": m.get("faults_per_call"), "counted": m["counted"]} for m in modes]}
+    states = [{"ratio": m["time_s"] if side == "b" else 1 / m["time_s"], "sessions": m["processes"],
+               "faults_per_call": m.get("faults_per_call"), "counted": m["counted"]} for m in modes]
+    mine = next(m for m in states if m["counted"])
+    other = next(m for m in states if not m["counted"])
+    low, high = both_states(counted.low, counted.high, other["ratio"] / mine["ratio"])
+    return {"ratio": counted.ratio, "low": low, "high": high, "state_side": side, "state_sessions": keep,
+            "state_interval": [counted.low, counted.high], "over_every_session": [est.ratio, est.low, est.high],
+            "modes": states}
+
+
+def both_states(low: float, high: float, factor: float) -> tuple[float, float]:
+    """The interval (``low``, ``high``) of a ratio in one memory state, made to hold the other state's too: the
+    same interval moved by ``factor``, the other state's ratio over this one's."""
+    return min(low, low * factor), max(high, high * factor)

@@ -231,7 +231,7 @@ def modes_of(rounds: list[dict]) -> list[dict] | None:
     own = max((r["q75_s"] - r["q25_s"]) / r["median_s"] for r in beside)
     known = all(r.get("blocks", MIN_SAMPLES) >= MIN_SAMPLES for r in beside)  # a round of 1 or 2 blocks: no spread
     faults = [_median_faults(part) for part in parts]
-    if gaps[at] <= MODE_GAP or ((not known or gaps[at] <= MODE_SPREADS * own) and not _fault_split(*faults)):
+    if gaps[at] <= MODE_GAP or ((not known or gaps[at] <= MODE_SPREADS * own) and not fault_split(*faults)):
         return None
     return _modes(parts)
 
@@ -278,12 +278,13 @@ def memory_states(modes: list[dict] | None) -> bool:
     if not modes or len(modes) != 2:
         return False
     fast, slow = (m.get("faults_per_call") for m in modes)
-    return _fault_split(fast, slow) and slow > STATE_PAGES
+    return fault_split(fast, slow) and slow > STATE_PAGES
 
 
-def _fault_split(fast: float | None, slow: float | None) -> bool:
-    """Whether the slower side faults in pages each call that the faster side does not."""
-    return fast is not None and slow is not None and slow - fast > FAULT_PAGES and slow > FAULT_FACTOR * fast
+def fault_split(fast: float | None, slow: float | None) -> bool:
+    """Whether the slower side faults in pages each call that the faster side does not: more than FAULT_PAGES more,
+    and at least FAULT_FACTOR times as many (64 heads' scores half kept, 32,769 pages a call, or all afresh, 65,538)."""
+    return fast is not None and slow is not None and slow - fast > FAULT_PAGES and slow >= FAULT_FACTOR * fast
 
 
 def measure(case: Prepared, method: str, *, min_run_time: float = 0.2, peak: float | None = None,

@@ -115,9 +115,12 @@ def count_interval(count: int, n: int) -> tuple[float, float]:
 
 def widened(value: float, low: float, high: float, between: float) -> tuple[float, float]:
     """The interval (low, high) of ``value`` with a variance ``between`` (of logs) between runs added: the two
-    runs' states are independent, so their difference adds 2 x ``between`` to the rerun's variance, at Z."""
-    width = math.log(high / low) / 2
-    return interval(value, math.sqrt(width**2 + 2 * Z**2 * between))
+    runs' states are independent, so their difference adds 2 x ``between`` to the rerun's variance, at Z. Each
+    side is widened from its own distance to ``value`` (an interval over two memory states reaches further
+    towards the other state)."""
+    extra = 2 * Z**2 * between
+    below, above = max(math.log(value / low), 0.0), max(math.log(high / value), 0.0)
+    return value * math.exp(-math.sqrt(below**2 + extra)), value * math.exp(math.sqrt(above**2 + extra))
 
 
 def standard_error2(low: float, high: float, samples: int) -> float:
@@ -140,10 +143,13 @@ def apart(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool 
     """Whether two figures (value, low, high), each with the interval where a rerun of it lands, differ at that
     interval's confidence: their log distance beyond sqrt((h_a^2 + h_b^2) / 2), h a half-width (each is
     sqrt(2) x its figure's standard error times the quantile; the difference's standard error is the two in
-    quadrature). None where either has no interval or a value that is not positive."""
+    quadrature), each on the side that faces the other figure. None where either has no interval or a value that
+    is not positive."""
     if None in (a[1], b[1]) or min(a[0], b[0], a[1], b[1]) <= 0:
         return None
-    h_a, h_b = (math.log(high / low) / 2 for _, low, high in (a, b))
+    up = b[0] >= a[0]
+    h_a = math.log(a[2] / a[0]) if up else math.log(a[0] / a[1])
+    h_b = math.log(b[0] / b[1]) if up else math.log(b[2] / b[0])
     return abs(math.log(b[0] / a[0])) > math.sqrt((h_a**2 + h_b**2) / 2)
 
 
