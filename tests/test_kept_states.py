@@ -91,6 +91,11 @@ def test_a_state_drawn_too_rarely_or_never_beside_this_one_adds_nothing():
     got = kept_states.attach(facts, [heads_row(AFRESH)], "last")[0]
     assert "earlier_states" not in got
     assert kept_states.majority_chance(2 / 33, 3) < kept_states.TAIL
+    # a warm-up's few pages (2,008 a call against 0) are no memory state, however often drawn beside
+    facts3 = {**facts, "hostname": facts["hostname"] + "-3"}
+    few = [([3.4, 3.5], 0.0), ([3.4, 3.3], 2008.0), ([3.5, 3.4], 2008.0)]
+    kept_states.attach(facts3, [heads_row(few)], "few")
+    assert "earlier_states" not in kept_states.attach(facts3, [heads_row(few[:1] * 3)], "none")[0]
     # a state drawn often, but never in a run beside this one: no factor measured, nothing added
     facts2 = {**facts, "hostname": facts["hostname"] + "-2"}
     for i in range(3):

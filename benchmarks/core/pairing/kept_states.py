@@ -5,7 +5,7 @@ its intermediates from fresh pages on every call, or from kept ones, at another 
 A run draws three to five sessions. Where all of them drew one state, the run alone cannot know the other, yet a
 rerun's sessions may draw it. So every run keeps, per pair, each session's page faults a call per side and its
 mean log ratio. A later run of the machine whose sessions drew one state (its median faults a call on a side)
-looks at the earlier sessions of another state on that side: fewer faults, or more (``measure.fault_split``). Where
+looks at the earlier sessions of another state on that side: fewer faults, or more (``_away``). Where
 they are common enough that a rerun's figure, the state most of its sessions draw, is of that state with a chance
 of TAIL or more (a 95% interval's one tail), and earlier runs drew both (the factor between the two states' ratios
 within a run: the same code, the same moments; the median over those runs), its interval holds that state too
@@ -60,8 +60,11 @@ def majority_chance(p: float, k: int) -> float:
 
 
 def _away(faults: float, drew: float, fewer: bool) -> bool:
-    """Whether a session's ``faults`` a call are of another state than ``drew``: fewer, or more."""
-    return measure.fault_split(faults, drew) if fewer else measure.fault_split(drew, faults)
+    """Whether a session's ``faults`` a call are of another memory state than ``drew``'s, fewer or more: apart as
+    ``measure.fault_split`` says, the more faulting one above STATE_PAGES (as ``measure.memory_states``: a warm-up's
+    few pages are no state)."""
+    fast, slow = (faults, drew) if fewer else (drew, faults)
+    return measure.fault_split(fast, slow) and slow > measure.STATE_PAGES
 
 
 def _factor(runs: list[list[dict]], side: str, drew: float, fewer: bool) -> float | None:
@@ -71,8 +74,7 @@ def _factor(runs: list[list[dict]], side: str, drew: float, fewer: bool) -> floa
     for sessions in runs:
         counted = [s for s in sessions if s.get(side) is not None]
         away = [s["log_ratio"] for s in counted if _away(s[side], drew, fewer)]
-        like = [s["log_ratio"] for s in counted if not (measure.fault_split(s[side], drew)
-                                                        or measure.fault_split(drew, s[side]))]
+        like = [s["log_ratio"] for s in counted if not (_away(s[side], drew, True) or _away(s[side], drew, False))]
         if away and like:
             factors.append(statistics.median(away) - statistics.median(like))
     return math.exp(statistics.median(factors)) if factors else None
