@@ -31,7 +31,8 @@ over both as well.
 
 Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
 Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
-(each in a fresh worker: a ratio is over three processes at least, whatever the budget). Ctrl-C (exit code 130)
+(each in a fresh worker: a ratio is over three processes at least, whatever the budget), and C2's pairs take
+C2_ROUNDS at least, in fresh workers of their own kind. Ctrl-C (exit code 130)
 or a worker that dies or stops answering (2) still saves the ratios measured so far.
 """
 
@@ -59,6 +60,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SESSION_ROUNDS = 1
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
 BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
+#: sessions C2's pairs take at least, whatever the budget: its figure is asked to hold within 10% between runs, and a
+#: sdpa/GEMM ratio's sessions spread by about 6% (math's by about 12%), so three leave a run's figure a draw of about
+#: 4%; the sessions after MIN_ROUNDS start only C2's worker (``MirroredRounds.start``: the settled pairs' workers
+#: stay down), a few seconds each
+C2_ROUNDS = 5 * SESSION_ROUNDS
 #: the record's name in a run folder (the report reads it from there)
 RECORD = "pairs-{device}.json"
 #: an interval is narrow enough when it spans at most ±PRECISION around the ratio
@@ -162,6 +168,7 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
     try:
         rounds_of.start()
         rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None, fewest=MIN_ROUNDS)
+        rounds = c2_rounds(rounds_of, [kind for kind, _ in listed], rounds)
     except (KeyboardInterrupt, WorkerDied) as error:  # the ratios so far are kept, and the stop is said
         stopped, rounds = error, rounds_of.measured_rounds()
     finally:
@@ -191,6 +198,18 @@ def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool,
         rows.append(row)
     plain = next((workers[w] for w in workers if envs[w] == (env or {})), next(iter(workers.values()), None))
     return rows, rounds, time.monotonic() - started, stopped, plain.regime if plain else None
+
+
+def c2_rounds(rounds_of: PairRounds, kinds: list[str], rounds: int) -> int:
+    """Rounds after ``rounds`` for C2's pairs alone (the others settled), up to C2_ROUNDS; the rounds measured."""
+    c2 = {p for p, kind in enumerate(kinds) if kind == "c2" and p not in rounds_of.skipped}
+    if not c2:
+        return rounds
+    rounds_of.settled |= set(range(len(kinds))) - c2
+    while rounds < C2_ROUNDS:
+        rounds_of.round(rounds)
+        rounds += 1
+    return rounds
 
 
 def matmul_flops(case: tuple[str, dict, str]) -> int:

@@ -285,6 +285,31 @@ def test_the_pairs_time_three_sessions_whatever_the_budget(tmp_path, monkeypatch
     assert all(p["rounds"] == 3 and p["low"] <= p["ratio"] <= p["high"] for p in saved["pairs"])
 
 
+def test_c2s_pairs_take_more_sessions_the_later_ones_starting_c2s_worker_alone(tmp_path, monkeypatch):
+    class Counted(OneWorker):
+        starts: list[str] = []
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args)
+
+        def start(self, todo):
+            Counted.starts.append(self.label)  # a session of this worker
+            return super().start(todo)
+
+    monkeypatch.setattr(pairs, "Worker", Counted)
+    record = tmp_path / "pairs.json"
+    assert attention_bench(["pairs", "--grid", "quick", "--kind", "c1", "--kind", "c2", "--record", str(record),
+                            "--device", "cpu", "--budget", "0.000001", "--no-progress"]) == 0
+    saved = json.loads(record.read_text())
+    assert {p["kind"]: p["rounds"] for p in saved["pairs"]} == {"c1": pairs.MIN_ROUNDS, "c2": pairs.C2_ROUNDS}
+    assert pairs.C2_ROUNDS > pairs.MIN_ROUNDS and saved["rounds"] == pairs.C2_ROUNDS
+    # three sessions of both workers, the one started first alternating; then C2's worker alone
+    assert Counted.starts == ["c1", "c2", "c2", "c1", "c1", "c2"] + ["c2"] * (pairs.C2_ROUNDS - pairs.MIN_ROUNDS)
+    c2 = [p for p in saved["pairs"] if p["kind"] == "c2"]
+    assert all(p["fraction_low"] <= p["fraction"] <= p["fraction_high"] and len(set(p["sessions"])) == pairs.C2_ROUNDS
+               for p in c2)
+
+
 def test_the_main_jobs_pairs_are_those_of_the_cases_it_was_asked_for(tmp_path, monkeypatch):
     """run --area models --param seq_len=16 times the c1 pair at n = 16 only: no other length, no heads, no C2."""
     import argparse

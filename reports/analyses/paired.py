@@ -185,8 +185,10 @@ def analyse(records: list[dict]) -> Analysis:
         answer.append(f"64 heads cost {fmt_ratio(lo)}-{fmt_ratio(hi)} one head")
         for r in heads.itertuples():
             a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
+    low, high = int(t.rounds.min()), int(t.rounds.max())
     a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
-                                    f"{int(t.rounds.max())} rounds in fresh processes; its interval is where a "
+                                    f"{low if low == high else f'{low}-{high}'} rounds in fresh processes; its "
+                                    "interval is where a "
                                     "rerun's ratio lands (95%), from the spread between the processes"
                                     + (" and what moved between this machine's runs" if moved else "") + ".")
     busy = t[t.busy_rounds > 0]

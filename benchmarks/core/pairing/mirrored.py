@@ -201,17 +201,19 @@ class MirroredRounds:
         self._last: Worker | None = None  # the worker that timed the last block
 
     def start(self) -> None:
-        """Start the workers (again, for a new session), build every case and warm each pair's sides (a new
+        """Start the workers that time a pair still (``needed``; again, for a new session), build every case and
+        warm each pair's sides (a new
         process's first calls grow its heap: up to 2x slower): the first time with a probe (a warm-up call and
         one timed call), which sizes each pair's blocks; later with WARM_CALLS calls, or one where a block is
         one call (a slow case: its warm-up is most of a session's start)."""
         self.session += 1
-        order = self.workers if self.session % 2 == 0 else self.workers[::-1]
+        needed = self.needed()
+        order = needed if self.session % 2 == 0 else needed[::-1]
         self.stop()
         for worker in order:  # the workers build their cases at once (nothing is timed until all have)
             worker.launch(self.todo[worker.label] if isinstance(self.todo, dict) else self.todo)
         failed = {}
-        for worker in order:
+        for worker in order:  # a worker not started builds nothing and fails nothing
             for i, error in enumerate(worker.built()):
                 if error:
                     failed[id(worker), i] = f"{worker.label}: {error}"
@@ -231,6 +233,15 @@ class MirroredRounds:
                                                            self.block_timeout())["seconds"]
         self.calls = [0 if p in self.skipped else max(1, round(self.block_s / max(probed[a.key], probed[b.key])))
                       for p, (a, b) in enumerate(self.pairs)]
+
+    def needed(self) -> list[Worker]:
+        """The workers a session starts: those with a side of a pair still timed (every one before the first
+        round: the probes size every pair's blocks)."""
+        if not self.calls:
+            return self.workers
+        live = {id(side.worker) for p, pair in enumerate(self.pairs) if p not in self.skipped and p not in self.settled
+                for side in pair}
+        return [w for w in self.workers if id(w) in live]
 
     def _warm(self) -> None:
         calls: dict[tuple[str, int], tuple[Side, int]] = {}
