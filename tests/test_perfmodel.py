@@ -17,7 +17,7 @@ import torch
 
 from benchmarks import cases
 from benchmarks.core import opgraph
-from benchmarks.core.hardware import constants, perfmodel
+from benchmarks.core.hardware import constants, host_side, perfmodel
 from benchmarks.core.hardware.perfmodel import Priced
 
 SHEET = {"peak_flops_per_s": 1e11, "bandwidth_bytes_per_s": 1e10, "op_overhead_s": 1e-6}
@@ -199,14 +199,44 @@ def test_the_micro_benchmarks_give_positive_finite_figures():
     assert all(run["seconds"] > 0 and run["lines"] > 0 and run["ops"] for run in c["host"].values())
     assert c["host"]["train"]["dispatches"]["node"] > 0
     assert all(math.isfinite(x) and x > 0 for x in figures), c
-    assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(constants.OVERHEADS)
+    assert set(c["kernels"]) == set(constants.KERNELS) and set(c["overhead_s"]) == set(host_side.OVERHEADS)
     assert c["threads"] == torch.get_num_threads() and max(c["overhead_s"].values()) < 1e-3
     grid = perfmodel.Grid.from_json(c["kernels"]["gemm"])
     assert grid.rates.shape == (2, 2, 2, 2)
     # the control GEMM before each part of the calibration and after the last: the machine's speed through it
-    assert len(c["controls"]) == len(c["kernels"]) + 6 and all(x > 0 for x in c["controls"])
+    parts = len(c["kernels"]) + 3 + 2 * host_side.MOMENTS  # the bandwidth, memory, pointwise; host and overheads
+    assert len(c["controls"]) == parts + 1 and all(x > 0 for x in c["controls"])
     assert c["control_flops_per_s"] == statistics.median(c["controls"])
     assert perfmodel.Constants.measured(c).control_flops_per_s == c["control_flops_per_s"]
+
+
+def test_the_host_side_constants_are_the_least_of_moments_spread_over_the_measurement(monkeypatch):
+    from run_helpers import _MEASURE
+
+    order, spell = [], iter([3.0, 1.0, 2.0])  # a busy spell over the first moment: 3x the time
+    moment = {"op": None}
+
+    def overheads(device, ops, run_time):
+        moment["op"] = next(spell)
+        order.append("host-side")
+        return {"op": moment["op"] * 1e-6, "view": 1e-6}
+
+    def host(device, run_time, cache=None, counted=None):
+        if counted is None:
+            order.append("counted")
+        return {"forward": {"seconds": moment["op"] * 2e-4, "lines": 396}}
+
+    monkeypatch.setattr(host_side, "overheads", overheads)
+    monkeypatch.setattr(host_side, "host", host)
+    for part in ("kernel_rates", "memory_rates", "pointwise_rates"):
+        monkeypatch.setattr(constants, part, lambda *a, part=part, **k: order.append(part) or {})
+    monkeypatch.setattr(constants, "bandwidth", lambda *a, **k: order.append("bandwidth") or {})
+    c = _MEASURE("cpu", quick=True)
+    assert c["overhead_s"] == {"op": 1e-6, "view": 1e-6} and c["host"]["forward"]["seconds"] == pytest.approx(2e-4)
+    kernels = ["kernel_rates"] * len(constants.GRIDS["cpu"])
+    assert order == ["host-side", "counted", *kernels, "host-side", "bandwidth", "memory_rates", "pointwise_rates",
+                     "host-side"]  # before the kernels, after them and at the end; the host workload counted once
+    assert host_side.MOMENTS == 3
 
 
 def test_a_grid_keeps_its_axes_order_through_a_record_written_with_sorted_keys():

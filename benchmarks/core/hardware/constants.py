@@ -3,10 +3,9 @@ matrix product and of the fused attention kernel over a grid of shapes (square, 
 attention runs), the memory bandwidth of a STREAM-style copy and triad on arrays far beyond the last-level
 cache (and a copy's rate by size, with what a freshly allocated tensor costs to write), the rate of the
 operators whose arithmetic can outweigh their memory traffic (tanh, sigmoid, exp, GELU, softmax, layer norm),
-the time of a small module-style workload (what a line of model code and a backward node cost), and what one
-dispatch costs beyond its work (a computing operator, a view, a ``record_function``
-scope, an ``nn.Module`` call; on a GPU the first is the launch latency). A performance model
-(``perfmodel``) predicts a case from these alone.
+and the host-side constants (``host_side``: the time of a small module-style workload, what a line of model code and
+a backward node cost, and what one dispatch costs beyond its work), each the least of its timings at moments spread
+over the measurement. A performance model (``perfmodel``) predicts a case from these alone.
 
     measure(device)   every constant of one device, at the current thread count (a dict, JSON-ready)
 """
@@ -24,8 +23,7 @@ import torch.nn.functional as F
 import torch.utils.benchmark as tb
 from torch.utils.benchmark.utils import common as tb_common
 
-from .. import opgraph
-from . import control
+from . import control, host_side
 
 #: each kernel's grid per device, axes (batch, m, n, k) for a matrix product C (m x n) = A (m x k) B (k x n)
 #: done ``batch`` times (``gemm_cold``: thin products, whose B, the weight, is read from beyond the last-level
@@ -78,12 +76,7 @@ QUICK_SHRINK = 64
 WARM_CALLS = 2
 #: samples of a fresh tensor's write, the fastest kept (``_best_seconds``)
 FRESH_SAMPLES = 5
-#: tiny dispatches timed back to back for each overhead
-TINY_OPS = 1000
-#: the dispatch overheads measured, and what each is
-OVERHEADS = {"op": "a computing operator on a one-element tensor (on a GPU: its launch)",
-             "view": "a view (no data moved)", "scope": "a record_function scope (enter and exit)",
-             "module": "an nn.Module call (an Identity)"}
+
 
 
 @functools.cache
@@ -100,13 +93,6 @@ def cache_bytes(device: str = "cpu") -> int | None:
         if text and (text[-1] in units or text.isdigit()):
             sizes.append(int(text.rstrip("KMG")) * units.get(text[-1], 1))
     return max(sizes, default=None)
-
-
-def _seconds(stmt, min_run_time: float) -> float:
-    """Median seconds of one call of ``stmt`` at the current thread count (torch.utils.benchmark, which
-    synchronizes CUDA; its Timer runs on one thread unless told otherwise)."""
-    timer = tb.Timer(stmt="stmt()", globals={"stmt": stmt}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 def _samples(stmt, sample_time: float, samples: int) -> list[float]:
@@ -254,8 +240,8 @@ def bandwidth(device: str = "cpu", elements: int | None = None, min_run_time: fl
     (a = b + s c: 12 bytes an element), float32."""
     n = elements or STREAM_ELEMENTS[device]
     a, b, c = (torch.rand(n, device=device) for _ in range(3))
-    copy = _seconds(lambda: b.copy_(a), min_run_time)
-    triad = _seconds(lambda: torch.add(b, c, alpha=3.0, out=a), min_run_time)
+    copy = host_side.seconds(lambda: b.copy_(a), min_run_time)
+    triad = host_side.seconds(lambda: torch.add(b, c, alpha=3.0, out=a), min_run_time)
     return {"copy_bytes_per_s": 8 * n / copy, "triad_bytes_per_s": 12 * n / triad}
 
 
@@ -269,9 +255,9 @@ def memory_rates(device: str = "cpu", sizes=None, min_run_time: float = 0.3) -> 
     for size in sizes:
         n = size // 4
         a, b = torch.ones(n, device=device), torch.empty(n, device=device)
-        copy.append(2 * size / _seconds(lambda a=a, b=b: b.copy_(a), min_run_time))
+        copy.append(2 * size / host_side.seconds(lambda a=a, b=b: b.copy_(a), min_run_time))
         fresh.append(size / _best_seconds(lambda n=n: torch.ones(n, device=device), min_run_time / FRESH_SAMPLES,
-                                           FRESH_SAMPLES))
+                                          FRESH_SAMPLES))
         del a, b
     return {"bytes": sizes, "copy_bytes_per_s": copy, "fresh_bytes_per_s": fresh}
 
@@ -285,77 +271,14 @@ def pointwise_rates(device: str = "cpu", dtype: str = "float32", sizes=None, min
         rates[name] = []
         for size in sizes:
             x = torch.randn(max(1, size // dt.itemsize // POINTWISE_ROW), POINTWISE_ROW, device=device, dtype=dt)
-            rates[name].append(x.numel() * dt.itemsize / _seconds(lambda x=x, fn=fn: fn(x), min_run_time))
+            rates[name].append(x.numel() * dt.itemsize / host_side.seconds(lambda x=x, fn=fn: fn(x), min_run_time))
     return {"bytes": sizes, "written_bytes_per_s": rates}
-
-
-def overheads(device: str = "cpu", ops: int = TINY_OPS, min_run_time: float = 0.2) -> dict[str, float]:
-    """Seconds each kind of dispatch (OVERHEADS) costs beyond its work: ``ops`` of them back to back."""
-    x, y, z = (torch.ones(1, device=device) for _ in range(3))
-    identity = torch.nn.Identity()
-
-    def scope():
-        with torch.profiler.record_function("scope"):
-            pass
-
-    one = {"op": lambda: torch.add(x, y, out=z), "view": lambda: x.view(1), "scope": scope,
-           "module": lambda: identity(x)}
-    out = {}
-    for name, fn in one.items():
-        def many(fn=fn):
-            for _ in range(ops):
-                fn()
-
-        out[name] = _seconds(many, min_run_time) / ops
-    return out
-
-
-class _Block(torch.nn.Module):
-    """Module-style Python on tiny tensors (``host``): a projection, a reshape into heads, scores, a softmax, a
-    residual and a norm."""
-
-    def __init__(self, d: int = 8, heads: int = 2):
-        super().__init__()
-        self.proj, self.norm, self.heads = torch.nn.Linear(d, d), torch.nn.LayerNorm(d), heads
-        self.scale = (d // heads) ** -0.5
-
-    def forward(self, x):
-        b, n, d = x.shape
-        q = self.proj(x).view(b, n, self.heads, d // self.heads).transpose(1, 2)
-        w = torch.softmax(q @ q.transpose(-2, -1) * self.scale, dim=-1)
-        return self.norm(x + (w @ q).transpose(1, 2).reshape(b, n, d))
-
-
-#: blocks in the host workload
-HOST_BLOCKS = 4
-
-
-def host(device: str = "cpu", min_run_time: float = 0.2) -> dict:
-    """The host-side cost of model code: a stack of HOST_BLOCKS ``_Block`` on a (1, 4, 8) tensor, forward
-    without gradients and a training step, each with its seconds, the Python lines it runs
-    and the operators and dispatches it executes (``opgraph.record``, one call).
-    ``perfmodel.Constants.measured`` takes from them what a Python line and a backward node cost beyond
-    everything else it prices."""
-    model = torch.nn.Sequential(*[_Block() for _ in range(HOST_BLOCKS)]).to(device)
-    x = torch.randn(1, 4, 8, device=device)
-
-    def train():
-        model.zero_grad(set_to_none=True)
-        model(x).sum().backward()
-
-    out = {}
-    for name, fn in (("forward", torch.no_grad()(lambda: model(x))), ("train", train)):
-        fn()
-        graph = opgraph.record(fn, lines=True)
-        dispatches = dict(graph.dispatches)
-        out[name] = {"seconds": _seconds(fn, min_run_time), "lines": dispatches.pop("line"),
-                     "ops": graph.summary(cache_bytes(device)), "dispatches": dispatches}
-    return out
 
 
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
-    and the dispatch overheads (seconds). ``quick``: two points per axis, small arrays, short timings (tests).
+    and the dispatch overheads (seconds; the host-side ones the least of ``host_side.MOMENTS`` timings spread over the
+    measurement). ``quick``: two points per axis, small arrays, short timings (tests).
     On the CPU, the control's rate before each part and after the last (``controls``) and their median
     (``control_flops_per_s``): the machine's speed while they were timed, which a case's own control is set
     against when the constants price it."""
@@ -371,18 +294,28 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
             controls.append(control.control_flops_per_s())
         return part()
 
+    timed: list[dict] = []
+
+    def host_moment():  # one of the host-side constants' moments (``host_side.MOMENTS``)
+        ops, counted = 100 if quick else host_side.TINY_OPS, timed[0]["host"] if timed else None
+        timed.append({"overhead_s": controlled(lambda: host_side.overheads(device, ops, run_time)),
+                      "host": controlled(lambda: host_side.host(device, run_time, cache_bytes(device), counted))})
+
+    host_moment()
     out = {"device": device, "dtype": dtype, "threads": torch.get_num_threads(), "quick": quick,
            "cache_bytes": cache_bytes(device),
            "kernels": {kind: controlled(lambda kind=kind, grid=grid: kernel_rates(
                kind, device, dtype, grid, 0.0005 if quick else 0.003, QUICK_SHRINK if quick else 1))
-               for kind, grid in grids.items()},
-           **controlled(lambda: bandwidth(device, 2**20 if quick else None, run_time)),
-           "memory": controlled(lambda: memory_rates(device, MEMORY_SIZES[device][::3] if quick else None,
-                                                     0.02 if quick else 0.3)),
-           "pointwise": controlled(lambda: pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick
-                                                           else None, 0.01 if quick else 0.05)),
-           "overhead_s": controlled(lambda: overheads(device, 100 if quick else TINY_OPS, run_time)),
-           "host": controlled(lambda: host(device, run_time))}
+               for kind, grid in grids.items()}}
+    for _ in range(host_side.MOMENTS - 2):
+        host_moment()
+    out.update(**controlled(lambda: bandwidth(device, 2**20 if quick else None, run_time)),
+               memory=controlled(lambda: memory_rates(device, MEMORY_SIZES[device][::3] if quick else None,
+                                                      0.02 if quick else 0.3)),
+               pointwise=controlled(lambda: pointwise_rates(device, dtype, POINTWISE_SIZES[device][:2] if quick
+                                                            else None, 0.01 if quick else 0.05)))
+    host_moment()
+    out.update(host_side.least(timed))
     if controls:
         controls.append(control.control_flops_per_s())
         out.update(controls=controls, control_flops_per_s=statistics.median(controls))

@@ -136,7 +136,7 @@ class Constants:
     def host_overheads(self, host: dict) -> dict[str, float]:
         """What a Python line and a backward node cost (seconds) beyond everything else these constants price:
         the host workload's forward time less its priced operators and dispatches, per line it ran; then its
-        training step's time less all that and its lines, per backward node (``constants.host``)."""
+        training step's time less all that and its lines, per backward node (``host_side.host``)."""
         self.overhead.update(line=0.0, node=0.0)
         fwd, train = host["forward"], host["train"]
         self.overhead["line"] = self._rest(fwd) / fwd["lines"] if fwd["lines"] else 0.0
