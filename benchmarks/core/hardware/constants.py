@@ -275,6 +275,24 @@ def pointwise_rates(device: str = "cpu", dtype: str = "float32", sizes=None, min
     return {"bytes": sizes, "written_bytes_per_s": rates}
 
 
+#: a measurement whose GEMM kernel's best rate falls below this share of the control GEMM's median rate through it
+#: ran its kernels slowed (``disturbed``): on this VM, 2 threads' products ran at one thread's rate for seconds while
+#: the controls around them read 148-165 GFLOP/s, and every prediction priced with them read a fifth off
+KERNEL_SHORT = 0.8
+
+
+def disturbed(c: dict) -> str | None:
+    """Why constants ``c`` (``measure``'s, on the CPU, not quick) cannot stand for the machine, or None: their GEMM
+    kernel's best rate below KERNEL_SHORT of the control GEMM's median rate through the measurement (a 256² product,
+    which the best of the grid's larger ones at least matches on a quiet host)."""
+    rates, control_rate = c.get("kernels", {}).get("gemm", {}).get("flops_per_s"), c.get("control_flops_per_s")
+    if c.get("quick") or not control_rate or not rates or max(rates) >= KERNEL_SHORT * control_rate:
+        return None
+    best = max(rates)
+    return (f"their GEMM kernel's best rate, {best / 1e9:.0f} GFLOP/s, is below {KERNEL_SHORT:.0%} of the control "
+            f"GEMM's {control_rate / 1e9:.0f} GFLOP/s through the measurement: the kernels ran slowed")
+
+
 def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) -> dict:
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
     and the dispatch overheads (seconds; the host-side ones the least of ``host_side.MOMENTS`` timings spread over the

@@ -83,8 +83,8 @@ def _factor(runs: list[list[dict]], side: str, drew: float, fewer: bool) -> floa
 def widened(row: dict, kept: list[dict]) -> dict:
     """``row`` (a c1 or heads pair timed in one memory state: no ``modes`` of its own; C2's figure is the faster
     state's by design) with its interval over the other states the machine's ``kept`` runs of its pair drew often
-    enough (see the module): "earlier_states" says which, and
-    "state_interval" keeps the interval before. Else ``row`` as it was."""
+    enough (see the module): "earlier_states" says which, and "state_interval" keeps the interval before. Else
+    ``row`` as it was."""
     if row.get("status") != "ok" or row.get("modes") or row.get("kind") == "c2":  # C2 counts the faster state
         return row
     mine = sessions_of(row)
