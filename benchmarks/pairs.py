@@ -60,10 +60,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SESSION_ROUNDS = 1
 #: each pair's blocks last about this long (at least one call); rounds at least and at most
 BLOCK_S, MIN_ROUNDS, MAX_ROUNDS = 0.05, 3 * SESSION_ROUNDS, 200
-#: sessions C2's pairs take at least, whatever the budget: its figure is asked to hold within 10% between runs, and a
+#: sessions C2's pairs take at least, whatever the budget: C2's answer should hold within 10% between runs, and a
 #: sdpa/GEMM ratio's sessions spread by about 6% (math's by about 12%), so three leave a run's figure a draw of about
-#: 4%; the sessions after MIN_ROUNDS start only C2's worker (``MirroredRounds.start``: the settled pairs' workers
-#: stay down), a few seconds each
+#: 4%; the sessions after MIN_ROUNDS start only C2's worker (``MirroredRounds.needed``: the settled pairs' workers
+#: stay down), 5-10 s each here
 C2_ROUNDS = 5 * SESSION_ROUNDS
 #: the record's name in a run folder (the report reads it from there)
 RECORD = "pairs-{device}.json"

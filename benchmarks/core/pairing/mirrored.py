@@ -202,10 +202,9 @@ class MirroredRounds:
 
     def start(self) -> None:
         """Start the workers that time a pair still (``needed``; again, for a new session), build every case and
-        warm each pair's sides (a new
-        process's first calls grow its heap: up to 2x slower): the first time with a probe (a warm-up call and
-        one timed call), which sizes each pair's blocks; later with WARM_CALLS calls, or one where a block is
-        one call (a slow case: its warm-up is most of a session's start)."""
+        warm each pair's sides (a new process's first calls grow its heap: up to 2x slower): the first time with a
+        probe (a warm-up call and one timed call), which sizes each pair's blocks; later with WARM_CALLS calls, or
+        one where a block is one call (a slow case: its warm-up is most of a session's start)."""
         self.session += 1
         needed = self.needed()
         order = needed if self.session % 2 == 0 else needed[::-1]
