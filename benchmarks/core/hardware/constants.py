@@ -281,14 +281,21 @@ def pointwise_rates(device: str = "cpu", dtype: str = "float32", sizes=None, min
 KERNEL_SHORT = 0.8
 
 
+def kernels_share(c: dict) -> float | None:
+    """Constants ``c``'s GEMM kernel's best rate over the control GEMM's median rate through their measurement;
+    None where they hold no such rates (a GPU's, or no control)."""
+    rates, control_rate = c.get("kernels", {}).get("gemm", {}).get("flops_per_s"), c.get("control_flops_per_s")
+    return max(rates) / control_rate if rates and control_rate else None
+
+
 def disturbed(c: dict) -> str | None:
     """Why constants ``c`` (``measure``'s, on the CPU, not quick) cannot stand for the machine, or None: their GEMM
     kernel's best rate below KERNEL_SHORT of the control GEMM's median rate through the measurement (a 256² product,
-    which the best of the grid's larger ones at least matches on a quiet host)."""
-    rates, control_rate = c.get("kernels", {}).get("gemm", {}).get("flops_per_s"), c.get("control_flops_per_s")
-    if c.get("quick") or not control_rate or not rates or max(rates) >= KERNEL_SHORT * control_rate:
+    which the best of the grid's larger ones at least matches on a quiet host; ``kernels_share``)."""
+    share = kernels_share(c)
+    if c.get("quick") or share is None or share >= KERNEL_SHORT:
         return None
-    best = max(rates)
+    best, control_rate = max(c["kernels"]["gemm"]["flops_per_s"]), c["control_flops_per_s"]
     return (f"their GEMM kernel's best rate, {best / 1e9:.0f} GFLOP/s, is below {KERNEL_SHORT:.0%} of the control "
             f"GEMM's {control_rate / 1e9:.0f} GFLOP/s through the measurement: the kernels ran slowed")
 

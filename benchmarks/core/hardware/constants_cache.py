@@ -72,7 +72,7 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
     if why := constants.disturbed(value):  # measured once more: the one whose kernels ran nearer the control stands
         print(f"note: {what}: {why}; measured again", file=sys.stderr, flush=True)
         again_value = (measure or constants.measure)(device, dtype, quick)
-        value = {**max((value, again_value), key=_kernels_share), "measured_twice": why}
+        value = {**max((value, again_value), key=constants.kernels_share), "measured_twice": why}
     print(f"measured {what} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     try:
         os.makedirs(folder(), exist_ok=True)
@@ -81,11 +81,6 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
     except OSError:  # a cache that cannot be written costs the next run a measurement, nothing more
         pass
     return value, "measured now"
-
-
-def _kernels_share(c: dict) -> float:
-    """Constants ``c``'s GEMM kernel's best rate over the control GEMM's median rate through their measurement."""
-    return max(c["kernels"]["gemm"]["flops_per_s"]) / (c.get("control_flops_per_s") or 1.0)
 
 
 def this_machine(threads: list[int], skip: Iterable[str] = (), quick: bool = False, again: bool = False,
