@@ -37,9 +37,10 @@ OPTIONS: dict[str, dict] = {
     "--rounds": dict(type=guards.rounds, default=pipeline.ROUNDS, metavar="R", help=pipeline.ROUNDS_HELP),
     "--min-run-time": dict(type=guards.seconds, default=pipeline.MIN_RUN_TIME, metavar="SECONDS",
                            help=f"seconds of timing per method (default {pipeline.MIN_RUN_TIME:g})"),
-    "--recalibrate": dict(action="store_true", help="measure the performance model's constants again (default: "
-                          f"this machine's cached ones, if measured within {constants_cache.MAX_AGE_DAYS} days with "
-                          "the same software and threads)"),
+    "--recalibrate": dict(action="store_true", help="measure the performance model's constants again, also at the "
+                          "strong-scaling cases' other thread counts (default: this machine's cached ones, if measured "
+                          f"within {constants_cache.MAX_AGE_DAYS} days with the same software and threads, and "
+                          "measured only at the thread count the other cases use)"),
     "--budget": dict(type=guards.seconds, default=BUDGET_S, metavar="SECONDS",
                      help=f"seconds of paired rounds at most, per device, after the workers' first start and "
                      f"build (default {BUDGET_S:g})"),

@@ -72,3 +72,18 @@ def test_constants_whose_kernels_ran_slowed_are_measured_once_more_and_the_bette
         calls.append(0) or {"quick": False, "kernels": {"gemm": {"flops_per_s": [190e9]}},
                             "control_flops_per_s": 180e9}))
     assert len(calls) == 1  # a quiet measurement stands alone
+
+
+def test_a_run_measures_its_current_thread_count_and_takes_the_others_only_from_the_cache(cache, monkeypatch):
+    calls, measure = cache
+    monkeypatch.setattr(constants, "measure", measure)
+    current, other = torch.get_num_threads(), torch.get_num_threads() + 1
+    ours, theirs = (f"cpu/float32/{t}" for t in (current, other))
+    sources = {}
+    got = constants_cache.this_machine([other], quick=True, sources=sources)
+    assert list(got) == [ours] and sources == {ours: "measured now"}  # the strong-scaling count: not measured
+    assert [c[3] for c in calls] == [current]
+    again = constants_cache.this_machine([other], quick=True, again=True)  # --recalibrate: every count, then cached
+    assert set(again) == {ours, theirs} and [c[3] for c in calls] == [current, current, other]
+    later = constants_cache.this_machine([other], quick=True, sources=sources)
+    assert later == again and all(s.startswith("cached") for s in sources.values()) and len(calls) == 3

@@ -238,3 +238,12 @@ def test_the_models_errors_carry_the_spread_their_cases_measurement_errors_give_
         rerun_measured = cases_.measured * np.exp(rng.normal(0, se * math.sqrt(2), len(cases_)))
         inside.append(stated[0] <= np.median(np.abs(cases_.predicted / rerun_measured - 1)) <= stated[1])
     assert np.mean(inside) >= 0.9
+
+
+def test_timed_cases_at_a_thread_count_without_constants_are_named_as_not_predicted(run):
+    t = tidy.load([run])
+    assert "Not predicted" not in prediction.analyse(t).verdict
+    timed = t[(t.metric == "time") & (t.area == "models")].head(1)
+    other = int(timed.threads.iloc[0]) + 1  # a strong-scaling case at a count the run measured no constants at
+    a = prediction.analyse(pd.concat([t, timed.assign(threads=other)], ignore_index=True))
+    assert f"Not predicted: 1 timed case at {other} threads" in a.verdict and a.numbers["cases"] == TIMED

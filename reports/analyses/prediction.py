@@ -48,6 +48,15 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
+def _unpriced(t: pd.DataFrame) -> dict[float, int]:
+    """Timed CPU cases by thread count, at the counts where the run has no prediction at all (no constants)."""
+    ok = t[(t.status == "ok") & (t.device.astype(str) != "cuda")]
+    timed = ok[ok.metric == "time"].dropna(subset=["threads"])
+    priced = set(ok[ok.metric == "predicted_time"].threads.dropna())
+    counts = timed.groupby("threads").size()
+    return {float(k): int(n) for k, n in counts.items() if k not in priced}
+
+
 def _label(row) -> str:
     axes = ", ".join(f"{k} {row[k]}" for k in tidy.PARAMS if k in row and row[k] != "" and k != "device")
     return f"{row['area']} {row['method']} ({axes})"
@@ -195,6 +204,11 @@ def analyse(t: pd.DataFrame) -> Analysis:
                       "timed around the case over the one timed through the constants' calibration, median "
                       f"{speeds.median():.2f}× ({speeds.min():.2f}-{speeds.max():.2f}×; below 1, the host ran "
                       "slower than when the constants were measured, and the prediction takes that much longer).")
+    if unpriced := _unpriced(t):
+        a.verdict += (" Not predicted: " + ", ".join(f"{n} timed case{'s' * (n > 1)} at {k:g} thread{'s' * (k != 1)}"
+                                                        for k, n in unpriced.items())
+                      + " (the run measured constants at its cases' thread count only: --recalibrate measures the "
+                        "strong-scaling cases' other counts too).")
     first = p[p.device == sorted(set(p.device), key=lambda d: d != "cpu")[0]]  # the CPU where there is one
     measured, cross_m = crossover_curves(first, "measured")
     predicted, cross_p = crossover_curves(first, "predicted")

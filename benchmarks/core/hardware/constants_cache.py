@@ -48,15 +48,12 @@ def path(key: dict) -> str:
     return os.path.join(folder(), f"constants-{key['device']}-{key['dtype']}-t{key['threads']}-{digest}.json")
 
 
-def get(device: str, dtype: str, quick: bool, again: bool = False,
-        measure: Callable[..., dict] | None = None) -> tuple[dict, str]:
-    """The constants of ``device`` at the current thread count and where they come from ("measured now", or
-    "cached, measured <when>"): from the cache when a fresh one is there and ``again`` is False, else measured
-    (``measure``, default ``constants.measure``; once more where ``constants.disturbed`` says the kernels ran
-    slowed, the better of the two kept, with "measured_twice": why) and cached."""
+def cached(device: str, dtype: str, quick: bool) -> tuple[dict, str] | None:
+    """The constants of ``device`` at the current thread count from the cache, and "cached, measured <when>";
+    None where none measured within MAX_AGE_DAYS with this fingerprint is there (or the file cannot be read)."""
     key = fingerprint(device, dtype, quick)
     file = path(key)
-    if not again and os.path.exists(file):
+    if os.path.exists(file):
         try:
             saved = records.read_json(file)
             when = dt.datetime.fromisoformat(saved["measured_at"])
@@ -64,6 +61,19 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
                 return saved["constants"], f"cached, measured {saved['measured_at'][:16]}"
         except (records.UnreadableRecord, KeyError, ValueError, TypeError):
             pass  # measured over
+    return None
+
+
+def get(device: str, dtype: str, quick: bool, again: bool = False,
+        measure: Callable[..., dict] | None = None) -> tuple[dict, str]:
+    """The constants of ``device`` at the current thread count and where they come from ("measured now", or
+    "cached, measured <when>"): from the cache when a fresh one is there and ``again`` is False (``cached``), else
+    measured (``measure``, default ``constants.measure``; once more where ``constants.disturbed`` says the kernels
+    ran slowed, the better of the two kept, with "measured_twice": why) and cached."""
+    key = fingerprint(device, dtype, quick)
+    file = path(key)
+    if not again and (saved := cached(device, dtype, quick)):
+        return saved
     what = f"the performance model's constants ({device}, {dtype}" + (
         f", {key['threads']} thread{'s' if key['threads'] > 1 else ''})" if device == "cpu" else ")")
     print(f"measuring {what}, kept in {folder()} for {MAX_AGE_DAYS} days", file=sys.stderr, flush=True)
@@ -86,15 +96,22 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
 def this_machine(threads: list[int], skip: Iterable[str] = (), quick: bool = False, again: bool = False,
                       sources: dict | None = None) -> dict[str, dict]:
     """The performance model's constants (``constants.measure``; ``quick``: its coarse grid) of every device
-    and dtype this machine has, the CPU at its default thread count and at each of ``threads``, by
-    ``machine.peak_key``: from this machine's cache unless ``again``; the keys in
-    ``skip`` are left out. ``sources`` (a dict) is told where each key's constants came from."""
+    and dtype this machine has, by ``machine.peak_key``: the CPU at its current thread count (the one the run's
+    cases use, the strong-scaling ones aside) from this machine's cache unless ``again``, else measured; at each
+    other count of ``threads`` (the strong-scaling cases') only where this machine's cache holds them, or
+    measured with ``again`` (each count costs as long again as the first: at FEWER threads, longer; a run
+    spends it on the count its answers are priced at). The keys in ``skip`` are left out. ``sources`` (a dict) is
+    told where each key's constants came from."""
     out, sources = {}, {} if sources is None else sources
-    for t in sorted({torch.get_num_threads(), *threads}):
+    current = torch.get_num_threads()
+    for t in sorted({current, *threads}):
         key = machine.peak_key("cpu", "float32", t)
         if key not in skip:
             with using_threads(t):
-                out[key], sources[key] = get("cpu", "float32", quick, again)
+                found = get("cpu", "float32", quick, again) if t == current or again else cached(
+                    "cpu", "float32", quick)
+            if found:
+                out[key], sources[key] = found
     for dtype in machine.GEMM_DTYPES["cuda"] if torch.cuda.is_available() else ():
         key = machine.peak_key("cuda", dtype, None)
         if key not in skip:

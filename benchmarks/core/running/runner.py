@@ -182,7 +182,8 @@ class Runner:
         saved = self._read(path, records.peaks_problem) if os.path.exists(path) else None
         if saved is not None and saved.get("commit") == self.commit and not again:
             keys = {machine.peak_key("cpu", "float32", t) for t in (None, *threads)}
-            if set(saved["gemm_peaks"]) >= keys and set(saved.get("constants", {})) >= keys:
+            current = machine.peak_key("cpu", "float32", None)  # constants at other counts: where cached only
+            if set(saved["gemm_peaks"]) >= keys and current in saved.get("constants", {}):
                 return saved["gemm_peaks"]
         fresh = machine.calibrate(threads, fresh=again)
         # every calibration of this commit's run stays (a resume that adds the constants loses none)
