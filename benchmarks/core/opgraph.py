@@ -150,10 +150,6 @@ def _tensors(obj) -> list[torch.Tensor]:
     return []
 
 
-def _nbytes(tensors: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t.device.type != "meta")
-
-
 def _shape(name: str, args) -> tuple[int, ...]:
     """(batch, m, n, k) of a matrix product C (m x n) = A (m x k) B (k x n) done ``batch`` times; (batch x
     heads, query length, key length, head dim) of a fused attention kernel; () for anything else."""
@@ -176,32 +172,35 @@ def _flop_formula(func) -> Callable | None:
     return flop_registry.get(func._overloadpacket)
 
 
+def _facts(t: torch.Tensor) -> tuple[int | None, int, int]:
+    """(its storage's address, or None for a meta or empty tensor; its storage's bytes; its own bytes, as its
+    shape has them): one storage lookup per tensor, which is most of what the recorder pays per operator."""
+    if t.device.type == "meta" or t.numel() == 0:
+        return None, 0, 0
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.nbytes(), t.numel() * t.element_size()
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.graph = OpGraph()
         self.depth: dict[int, int] = {}  # storage address -> depth of its latest write
         self.labels: list[str] = []  # the record_function labels open now, outermost first
-        self.formulas: dict = {}
+        self.kinds: dict = {}  # operator -> (name, "scope", "view" or "op", its FLOP formula, whether it gathers)
         self.node = None  # the autograd node whose backward ran the last operator
 
-    def _key(self, t: torch.Tensor) -> int | None:
-        if t.device.type == "meta" or t.numel() == 0:
-            return None
-        return t.untyped_storage().data_ptr()
-
-    def _depth_of(self, tensors) -> int:
-        best = 0
-        for t in tensors:
-            key = self._key(t)
-            if key is not None:
-                best = max(best, self.depth.get(key, 0))
-        return best
+    def _kind(self, func) -> tuple:
+        if func not in self.kinds:
+            name = str(func)
+            kind = "scope" if func.namespace == "profiler" else "view" if func.is_view or name in _FREE else "op"
+            self.kinds[func] = (name, kind, _flop_formula(func) if kind == "op" else None, name in _GATHERS)
+        return self.kinds[func]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = str(func)
-        if func.namespace == "profiler":
+        name, kind, formula, gathers = self._kind(func)
+        if kind == "scope":
             out = func(*args, **kwargs)
             if "enter" in name:
                 self.labels.append(args[0])
@@ -214,31 +213,25 @@ class _Recorder(TorchDispatchMode):
             self.graph.dispatches["node"] += 1
         self.node = node
         out = func(*args, **kwargs)
-        if func.is_view or name in _FREE:
+        if kind == "view":
             self.graph.dispatches["view"] += 1
             return out
-        flat_in = _tensors((args, kwargs))
-        depth = self._depth_of(flat_in) + 1
-        written = _tensors(out)
-        for t in written:
-            key = self._key(t)
-            if key is not None:
-                self.depth[key] = depth
-        if func not in self.formulas:
-            self.formulas[func] = _flop_formula(func)
-        formula, flops = self.formulas[func], 0
-        if formula is not None:
-            flops = int(formula(*args, **kwargs, out_val=out))  # the registry's own calling convention
-        out_bytes = _nbytes(written)
-        read = flat_in[1:] if name in _GATHERS else flat_in
-        moved = out_bytes + _nbytes(read) + (out_bytes if name in _GATHERS else 0)
+        ins = [_facts(t) for t in _tensors((args, kwargs))]
+        depth = max((self.depth.get(k, 0) for k, _, _ in ins if k is not None), default=0) + 1
+        outs = [_facts(t) for t in _tensors(out)]
+        for k, _, _ in outs:
+            if k is not None:
+                self.depth[k] = depth
+        flops = 0 if formula is None else int(formula(*args, **kwargs, out_val=out))  # the registry's convention
+        out_bytes = sum(b for _, _, b in outs)
+        read = ins[1:] if gathers else ins
+        moved = out_bytes + sum(b for _, _, b in read) + (out_bytes if gathers else 0)
         shape = _shape(name, args) if flops else ()
-        reads = [(k, t.untyped_storage().nbytes(), _nbytes([t])) for t in read if (k := self._key(t)) is not None]
-        if name in _GATHERS and self._key(flat_in[0]) is not None:  # the rows it gathers from the table
-            reads.append((self._key(flat_in[0]), flat_in[0].untyped_storage().nbytes(), out_bytes))
-        writes = tuple((k, t.untyped_storage().nbytes()) for t in written if (k := self._key(t)) is not None)
-        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes, tuple(reads),
-                                 writes))
+        reads = tuple((k, size, b) for k, size, b in read if k is not None)
+        if gathers and ins[0][0] is not None:  # the rows it gathers from the table
+            reads += ((ins[0][0], ins[0][1], out_bytes),)
+        writes = tuple((k, size) for k, size, _ in outs if k is not None)
+        self.graph.ops.append(Op(name, tuple(self.labels), depth, flops, moved, shape, out_bytes, reads, writes))
         return out
 
 
