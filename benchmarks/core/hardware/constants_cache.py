@@ -1,8 +1,8 @@
 """The performance model's constants (``constants.measure``), cached per machine, software and thread count.
 
-Measuring them costs about a minute on a 2-core CPU; they describe the machine, not a commit, so a run reuses
-the ones measured within MAX_AGE_DAYS on the same machine (CPU model and count, GPU), the same torch and
-math libraries, the same runtime settings, the same thread count and the same measuring code (this
+Measuring them costs half a minute a thread count on a 2-core CPU; they describe the machine, not a commit, so a
+run reuses the ones measured within MAX_AGE_DAYS on the same machine (CPU model and count, GPU), the same torch
+and math libraries, the same runtime settings, the same thread count and the same measuring code (this
 package's ``constants.py``); anything else, or ``--recalibrate``, measures them again. The cache is a folder
 of JSON files: ``$ATTENTION_BENCH_CACHE``, else ``$XDG_CACHE_HOME/attention-bench``, else
 ``~/.cache/attention-bench``. A file that cannot be read is measured over.
