@@ -99,8 +99,8 @@ def this_machine(threads: list[int], skip: Iterable[str] = (), quick: bool = Fal
     and dtype this machine has, by ``machine.peak_key``: the CPU at its current thread count (the one the run's
     cases use, the strong-scaling ones aside) from this machine's cache unless ``again``, else measured; at each
     other count of ``threads`` (the strong-scaling cases') only where this machine's cache holds them, or
-    measured with ``again`` (each count costs as long again as the first: at FEWER threads, longer; a run
-    spends it on the count its answers are priced at). The keys in ``skip`` are left out. ``sources`` (a dict) is
+    measured with ``again``: each count costs as long as the current one, longer at fewer threads, and a run
+    spends that on the count its answers are priced at. The keys in ``skip`` are left out. ``sources`` (a dict) is
     told where each key's constants came from."""
     out, sources = {}, {} if sources is None else sources
     current = torch.get_num_threads()
