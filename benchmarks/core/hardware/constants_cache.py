@@ -51,7 +51,11 @@ def path(key: dict) -> str:
 def cached(device: str, dtype: str, quick: bool) -> tuple[dict, str] | None:
     """The constants of ``device`` at the current thread count from the cache, and "cached, measured <when>";
     None where none measured within MAX_AGE_DAYS with this fingerprint is there (or the file cannot be read)."""
-    key = fingerprint(device, dtype, quick)
+    return _read(fingerprint(device, dtype, quick))
+
+
+def _read(key: dict) -> tuple[dict, str] | None:
+    """``cached`` for the fingerprint ``key``."""
     file = path(key)
     if os.path.exists(file):
         try:
@@ -72,7 +76,7 @@ def get(device: str, dtype: str, quick: bool, again: bool = False,
     ran slowed, the better of the two kept, with "measured_twice": why) and cached."""
     key = fingerprint(device, dtype, quick)
     file = path(key)
-    if not again and (saved := cached(device, dtype, quick)):
+    if not again and (saved := _read(key)):
         return saved
     what = f"the performance model's constants ({device}, {dtype}" + (
         f", {key['threads']} thread{'s' if key['threads'] > 1 else ''})" if device == "cpu" else ")")

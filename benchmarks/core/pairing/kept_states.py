@@ -60,11 +60,9 @@ def majority_chance(p: float, k: int) -> float:
 
 
 def _away(faults: float, drew: float, fewer: bool) -> bool:
-    """Whether a session's ``faults`` a call are of another memory state than ``drew``'s, fewer or more: apart as
-    ``measure.fault_split`` says, the more faulting one above STATE_PAGES (as ``measure.memory_states``: a warm-up's
-    few pages are no state)."""
-    fast, slow = (faults, drew) if fewer else (drew, faults)
-    return measure.fault_split(fast, slow) and slow > measure.STATE_PAGES
+    """Whether a session's ``faults`` a call are of another memory state than ``drew``'s, fewer or more
+    (``measure.two_states``)."""
+    return measure.two_states(*((faults, drew) if fewer else (drew, faults)))
 
 
 def _factor(runs: list[list[dict]], side: str, drew: float, fewer: bool) -> float | None:

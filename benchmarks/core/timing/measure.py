@@ -277,7 +277,12 @@ def memory_states(modes: list[dict] | None) -> bool:
     pages each call, which the faster does not (rather than two levels of the machine's speed, or of noise)."""
     if not modes or len(modes) != 2:
         return False
-    fast, slow = (m.get("faults_per_call") for m in modes)
+    return two_states(*(m.get("faults_per_call") for m in modes))
+
+
+def two_states(fast: float | None, slow: float | None) -> bool:
+    """Whether page faults a call ``fast`` and ``slow`` are two memory states: apart as ``fault_split`` says, the
+    more faulting above STATE_PAGES (a warm-up's few pages are no state)."""
     return fault_split(fast, slow) and slow > STATE_PAGES
 
 
