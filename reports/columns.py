@@ -59,10 +59,14 @@ def facts(meta: dict | None) -> dict:
     """The machine's facts a row carries; ``runtime``: the runtime settings the run measured in
     (``records.regime``: "default", or the variables set), None where the results do not say."""
     meta = meta or {}
-    out = {k: meta.get(k) for k in MACHINE_FACTS}
-    env = (meta.get("regime") or {}).get("env")
-    out["runtime"] = None if env is None else ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "default"
-    return out
+    return {**{k: meta.get(k) for k in MACHINE_FACTS}, "runtime": runtime(meta.get("regime"))}
+
+
+def runtime(regime: dict | None) -> str | None:
+    """A regime's runtime settings in words (``records.regime``): "default", or the variables set; None where
+    there is no regime."""
+    env = (regime or {}).get("env")
+    return None if env is None else ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "default"
 
 
 def short_commit(commit: str | None) -> str:

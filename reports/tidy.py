@@ -365,7 +365,8 @@ def between_of_run(folder: str) -> dict[str, float]:
 
 def load_profiles(paths: Iterable[str], machine: str | None = None) -> list[dict]:
     """The profile records (``attention-bench profile``) in runner folders among ``paths``, of ``machine`` (every
-    machine when None); each gets ``root``, the folder it was read from, and ``machine``."""
-    return [{**r, "root": path, "machine": name} for path, name, _ in _runner_folders(paths, machine)
-            for r in profiler.load(path)]
+    machine when None); each gets ``root``, the folder it was read from, ``machine``, and ``run_regime``, the
+    regime of the run whose folder holds it (for a profile that does not state its own)."""
+    return [{**r, "root": path, "machine": name, "run_regime": saved["machine"].get("regime")}
+            for path, name, saved in _runner_folders(paths, machine) for r in profiler.load(path)]
 

@@ -491,3 +491,6 @@ def test_the_runtime_settings_a_run_measured_in_are_in_every_verdicts_conditions
     said = table(rows("models", "time", {(("seq_len", 16),): 1.0}, device="cpu", threads=2, runtime="default"))
     assert conditions(said).endswith(", runtime default")
     assert "runtime" not in conditions(table(rows("models", "time", {(("seq_len", 16),): 1.0}, device="cpu")))
+    threads = {(("workload", "attention"), ("threads", p)): 1.0 / p for p in (1, 2)}
+    scaling = c1_threads.analyse(table(rows("threads", "time", threads, dtype="float32", runtime="default")))
+    assert scaling.conditions == "workloads as named in the verdict, 1/2 CPU threads, float32, runtime default"

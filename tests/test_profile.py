@@ -183,6 +183,8 @@ def test_the_main_jobs_profiles_run_in_a_process_of_their_own(tmp_path, monkeypa
         torch.set_num_threads(before)
     assert counts == {"ok": 1}
     assert [r["threads"] for r in profiler.load(str(tmp_path))] == [default]
+    from benchmarks.core import records  # and it says the regime it ran in: this process's settings, its threads
+    assert [r["regime"] for r in profiler.load(str(tmp_path))] == [{"threads": default, "env": records.regime()["env"]}]
     # its process ended on its own, not killed by the pool's exit while it cleaned up (which leaves the run's
     # shutdown a warning of a leaked semaphore: the progress bar's lock)
     assert [p.exitcode for p in pools[0]._pool] == [0]
@@ -224,6 +226,20 @@ def test_the_profilers_overhead_and_the_profiles_that_add_up_carry_where_a_rerun
     (low, high), (steady_low, steady_high) = (a.intervals["profiled_over_unprofiled"] for a in (moved, steady))
     assert low < steady_low and high > steady_high
     assert "profiled_over_unprofiled" not in profiling.analyse(profiling.table(_profiles([0.01], 1))).intervals
+
+
+def test_the_profiles_conditions_name_the_runtime_settings_they_were_taken_in():
+    from reports.analyses import profiling
+
+    def said(**regimes):
+        profiles = [{**p, "dtype": "float32", **regimes} for p in _profiles([0.01], 1)]
+        return profiling.analyse(profiling.table(profiles)).conditions
+
+    default, passive = ({"threads": 2, "env": env} for env in ({}, {"OMP_WAIT_POLICY": "PASSIVE"}))
+    assert said(regime=default) == "cpu, 2 CPU threads, float32, runtime default; each bar names its case"
+    assert "runtime OMP_WAIT_POLICY=PASSIVE;" in said(regime=passive, run_regime=default)  # its own
+    assert "runtime OMP_WAIT_POLICY=PASSIVE;" in said(run_regime=passive)  # a profile without one: its run's
+    assert "runtime" not in said()  # neither says
 
 
 def test_a_case_gets_as_many_cycles_as_fit_in_the_budget_at_its_speed_unless_told(monkeypatch):

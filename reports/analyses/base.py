@@ -217,7 +217,8 @@ def conditions(rows: pd.DataFrame, *, n: bool = True, dtype: str | None = None) 
     found = devices(rows)
     if found:
         parts.append("/".join(found))
-    threads = rows[rows.device.fillna("cpu") == "cpu"].threads.dropna().unique() if "threads" in rows else []
+    on_cpu = rows.device.astype(object).fillna("cpu") == "cpu"  # the threads area's rows name no device
+    threads = rows[on_cpu].threads.dropna().unique() if "threads" in rows else []
     if len(threads):
         parts.append(f"{'/'.join(str(int(x)) for x in sorted(threads))} CPU threads")
     dtypes = rows.dtype.dropna().unique() if "dtype" in rows else []

@@ -10,7 +10,7 @@ import pandas as pd
 from benchmarks import cases
 
 from ..spans_over_processes import SHORT, SPEEDUP
-from .base import Analysis, ok_rows, time_curves
+from .base import Analysis, conditions, ok_rows, time_curves
 from .spread import ratio_interval
 
 
@@ -51,7 +51,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
     a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
                  + f". {best} scales best, {worst} worst.")
-    a.conditions = "workloads as named in the verdict, float32, CPU"
+    a.conditions = f"workloads as named in the verdict, {conditions(rows, n=False)}"
     a.quoted = [f"speedup_{w}_p{p}" for w in times]
     short = {w: _short(paired.loc[(p, w)]) for w in times if (p, w) in paired.index}
     a.answer = (f"Speed-up on {p} threads over 1: " + ", ".join(

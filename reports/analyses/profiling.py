@@ -14,7 +14,8 @@ import pandas as pd
 from benchmarks.core.profiling.profiler import SUM_TOLERANCE
 from benchmarks.core.timing import rerun
 
-from .base import Analysis
+from ..columns import runtime
+from .base import Analysis, conditions
 
 #: resamples of the profiled cases behind the median overhead's interval
 BOOTSTRAP = 1000
@@ -30,6 +31,8 @@ def table(records: list[dict]) -> pd.DataFrame:
         case = {k: r.get(k) for k in CASE_COLUMNS if k in r}
         case.update({k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in r["params"].items()})
         case["case"] = r.get("folder", "").split("/")[-1]
+        case["dtype"] = r.get("dtype") or r["params"].get("dtype")
+        case["runtime"] = runtime(r.get("regime") or r.get("run_regime"))  # its own, else its run's
         case["matmul_share"] = sum(c["share"] for c in r["components"] if c["matmul_component"])
         for c in r["components"]:
             rows.append({**case, **c, "memory_held_bytes": r["memory_by_component"].get(c["component"], 0)})
@@ -106,9 +109,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
                 f"{SUM_TOLERANCE:.0%} of the call in {within}"
                 + (f" ({counted[0]:.0f}-{counted[1]:.0f})" if counted else "")
                 + f"; median profiler overhead {_overhead(a)}.")
-    a.conditions = (f"{'/'.join(sorted(cases.device.unique()))}, "
-                    f"{'/'.join(str(int(x)) for x in sorted(cases.threads.dropna().unique()))} CPU threads; "
-                    f"each bar names its case")
+    a.conditions = f"{conditions(cases, n=False)}; each bar names its case"
     return a
 
 

@@ -308,6 +308,7 @@ def profile_case(area: str, params: dict, method: str, out: str, *, cycles: int 
     record = {
         "area": area, "method": method, "params": params, "device": case.device, "dtype": case.dtype,
         "threads": threads if case.device == "cpu" else None, "commit": commit(),
+        "regime": records.regime(),  # the runtime settings it was profiled in (the page's conditions)
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(), "tokens": tokens,
         "unprofiled_s": timed["unprofiled_s"], "profiled_s": timed["profiled_s"], "overhead": timed["overhead"],
         "unprofiled_median_s": timed["unprofiled_median_s"], "profiled_median_s": timed["profiled_median_s"],
