@@ -74,9 +74,8 @@ def test_a_later_run_that_drew_one_state_states_its_interval_over_another_the_ma
     assert got["low"] == pytest.approx(afresh["low"] * factor) and got["high"] == afresh["high"]
     assert got["low"] < got["ratio"] * factor < got["high"]  # where this run's ratio would be in the other state
     said = kept_states.said(earlier)
-    assert said == ("its sessions drew the memory state of 65,538 page faults a call; 2 of the 3 sessions of this "
-                    "machine's earlier runs drew another (32,769 a call), at 0.79× this ratio, a 74% chance for a "
-                    "rerun's figure: the interval holds both")
+    assert said == ("memory state 65,538 page faults a call; 2 of 3 earlier sessions drew 32,769 (0.79× this ratio, "
+                    "a 74% chance for a rerun): the interval holds both")
     assert said in pairs.notes(got) and said in paired.analyse([{"pairs": [got], "device": "cpu"}]).verdict
     # a run of the faster state reaches up to the slower one
     kept = kept_states.attach(facts, [heads_row(KEPT)], "run3")[0]

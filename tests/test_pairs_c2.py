@@ -232,7 +232,7 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
     assert set(made["c1"].warmed) == {pairs.SETTLE_CALLS}  # the allocator fixed: its heap grown too
 
 
-def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_figure_beside_unchecked():
+def test_c2s_row_names_the_allocator_its_pairs_ran_with_in_its_conditions_and_gives_the_grids_figure_beside():
     c2 = Analysis("c2_roofline", "C2", "C2", "", answer="grid's", numbers={"best_fraction_cpu_math": 0.30})
     c2.intervals, c2.quoted = {"best_fraction_cpu_math": (0.28, 0.32)}, ["best_fraction_cpu_math"]
     fixed = {"worker_env": mirrored.FIXED_ALLOCATOR}
@@ -240,10 +240,10 @@ def test_c2s_answer_names_the_allocator_its_pairs_ran_with_and_gives_the_grids_f
     reconcile(Analysis("c1_length", "C1", "C1", ""), Analysis("c3_heads", "C3", "C3/C4", ""), paired,
               [{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}], c2)
     size = machine.GEMM_SIZES["cpu"][-1]
-    assert c2.answer == (f"Best fraction of the GEMM's rate timed beside it (the {size}² GEMM, with glibc's allocator "
-                         "fixed) on cpu: math 65% at n = 1024 (paired, 95% 60-70%; the grid, with the default "
-                         "allocator: 30% (28-32%) of the calibrated peak).")
-    assert c2.conditions.endswith("; the paired fractions, with glibc's allocator fixed")
+    assert c2.answer == (f"Best fraction of the GEMM's rate timed beside it (the {size}² GEMM) on cpu: math 65% at "
+                         "n = 1024 (paired, 95% 60-70%; the grid, with the default allocator: 30% (28-32%) of the "
+                         "calibrated peak).")
+    assert c2.conditions.endswith("; the paired fractions, with glibc's allocator fixed")  # the regime: said once
     assert c2.quoted == ["paired_best_fraction_cpu_math"] and paired.answer == "paired's"  # a figure of another
     alone = analyse([{"device": "cpu", "pairs": [c2_pair("math", 1024, 0.65, 0.6, 0.7, **fixed)]}])  # regime
     assert "times their FLOPs, with glibc's allocator fixed): math n = 1024 65% (60-70%)" in alone.verdict

@@ -42,8 +42,8 @@ def test_the_processes_whose_control_ran_short_at_either_thread_count_are_counte
     assert all(r["value"] == pytest.approx(1.6) for r in rows)  # named, not corrected
 
     a = c1_threads.analyse(pd.DataFrame(times + rows, columns=tidy.COLUMNS))
-    assert "attention 1.60× (" in a.answer and "; 2 of 3 processes had the cores short)" in a.answer
-    assert a.answer.count("had the cores short") == 1  # the multihead speed-up's processes were not short
+    assert "attention 1.60× (" in a.answer and "; cores short in 2 of 3 processes)" in a.answer
+    assert a.answer.count("cores short") == 1  # the multihead speed-up's processes were not short
     assert f"below {spans_over_processes.SHORT:.0%} of this run's usual rate" in a.verdict
 
 

@@ -66,15 +66,16 @@ def analyse(t: pd.DataFrame) -> Analysis:
 
 
 def _short(row) -> str | None:
-    """'2 of 3 processes had the cores short' where a speed-up's processes did (``short_processes``), else None."""
+    """'cores short in 2 of 3 processes' where a speed-up's processes had them short (``short_processes``), else
+    None."""
     n = row.get("short_processes")
     if pd.isna(n) or not n:
         return None
-    return f"{int(n)} of {int(row.processes)} processes had the cores short"
+    return f"cores short in {int(n)} of {int(row.processes)} processes"
 
 
 def _within(low, high, short: str | None) -> str:
-    """' (1.02-1.86; 3 of 3 processes had the cores short)', or as much of it as there is."""
+    """' (1.02-1.86; cores short in 3 of 3 processes)', or as much of it as there is."""
     parts = ([f"{low:.2f}-{high:.2f}"] if (low, high) != (None, None) else []) + ([short] if short else [])
     return f" ({'; '.join(parts)})" if parts else ""
 

@@ -363,9 +363,9 @@ def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:
                 phrase += f", but the grid gave {grid} of the calibrated peak, apart from it"
         phrases.setdefault(device, []).append(phrase)
     if phrases:
-        c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}{_with(pairs)}) on "
+        c2.answer = " ".join(f"Best fraction of the GEMM's rate timed beside it ({_gemm(device)}) on "
                              f"{device}: " + ", ".join(p) + "." for device, p in phrases.items())
-        if _with(pairs):
+        if _with(pairs):  # the regime the paired fractions were timed in, said once, in the conditions
             c2.conditions += f"; the paired fractions{_with(pairs)}"
     return checked, disagree
 

@@ -109,14 +109,14 @@ def widened(row: dict, kept: list[dict]) -> dict:
 
 
 def said(earlier: dict) -> str:
-    """A row's ``earlier_states`` in words: "its sessions drew the memory state of 37,001 page faults a call; 15 of
-    the 120 sessions of this machine's earlier runs drew another (105,000 a call), at 1.35× this ratio, a 4% chance
-    for a rerun's figure: the interval holds both"."""
-    others = "; ".join(f"{s['sessions']} of the {earlier['sessions']} sessions of this machine's earlier runs drew "
-                       f"another ({s['faults']:,.0f} a call), at {s['factor']:.2f}× this ratio, a {s['chance']:.0%} "
-                       "chance for a rerun's figure" for s in earlier["states"])
-    return (f"its sessions drew the memory state of {earlier['faults']:,.0f} page faults a call; {others}: the "
-            f"interval holds {'both' if len(earlier['states']) == 1 else 'all three'}")
+    """A row's ``earlier_states`` in words: "memory state 37,001 page faults a call; 15 of 120 earlier sessions drew
+    105,000 (1.35× this ratio, a 4% chance for a rerun): the interval holds both" (earlier sessions: this machine's
+    earlier runs')."""
+    others = "; ".join(f"{s['sessions']} of {earlier['sessions']} earlier sessions drew {s['faults']:,.0f} "
+                       f"({s['factor']:.2f}× this ratio, a {s['chance']:.0%} chance for a rerun)"
+                       for s in earlier["states"])
+    return (f"memory state {earlier['faults']:,.0f} page faults a call; {others}: the interval holds "
+            f"{'both' if len(earlier['states']) == 1 else 'all three'}")
 
 
 def attach(metadata: dict, rows: list[dict], run: str) -> list[dict]:
