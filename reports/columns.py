@@ -23,7 +23,7 @@ UNITS = {
 }
 #: the performance model's rows (``reports.tidy``: predicted from the run's constants, with a ``bound``)
 PREDICTED = {"predicted_time": "s", "predicted_compute": "s", "predicted_memory": "s", "predicted_overhead": "s",
-             "bytes_moved": "bytes", "predicted_speed": "x", "predicted_host_speed": "x"}
+             "bytes_moved": "bytes", "predicted_speed": "x"}
 #: the machine's constants, area "constants" (method: the kernel, the STREAM kernel or the dispatch kind)
 CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s", "overhead_s": "s",
              "written_bytes_per_s": "B/s", "cache_bytes": "B"}

@@ -155,26 +155,21 @@ def _predicted_rows(rec: dict, base: dict, constants: perfmodel.Constants | None
     call's ``bound``, and the bytes its operators read and write (``bytes_moved``: the roofline's
     intensity); none without the operators or the constants. Where the case and the constants both timed the
     control GEMM, the prediction is at the case's speed (``predicted_speed``: its control over the constants',
-    the compute and memory terms divided by it), and where both timed the dispatch control, its overhead term at
-    the case's host speed (``predicted_host_speed``: the constants' dispatch seconds over the case's; else the
-    GEMM's speed): a shared host that ran slower while the case was timed than while the constants were would
-    otherwise show as the model's error, and its host side slows apart from its kernels."""
+    each term divided by it): a shared host that ran slower while the case was timed than while the constants
+    were would otherwise show as the model's error."""
     if constants is None or rec["status"] != "ok" or "time_median_s" not in rec or not rec.get("ops"):
         return []
     p = perfmodel.predict([perfmodel.Priced(**op) for op in rec["ops"]], constants, rec.get("dispatches"))
     speed = (rec["control_flops_per_s"] / constants.control_flops_per_s
              if rec.get("control_flops_per_s") and constants.control_flops_per_s else None)
-    host = (constants.control_dispatch_s / rec["control_dispatch_s"]
-            if rec.get("control_dispatch_s") and constants.control_dispatch_s else None)
     common = {**base, **rec["params"], "area": rec["area"], "method": rec["method"], "status": "ok",
               "reason": None, "bound": p.bound, "threads": rec.get("threads"),
               "date": pd.Timestamp(rec["started_at"]) if rec.get("started_at") else pd.NaT}
-    at, at_host = 1 / (speed or 1.0), 1 / (host or speed or 1.0)
-    values = {"predicted_time": (p.compute_s + p.memory_s) * at + p.overhead_s * at_host,
-              "predicted_compute": p.compute_s * at, "predicted_memory": p.memory_s * at,
-              "predicted_overhead": p.overhead_s * at_host,
+    at = 1 / (speed or 1.0)
+    values = {"predicted_time": p.time_s * at, "predicted_compute": p.compute_s * at,
+              "predicted_memory": p.memory_s * at, "predicted_overhead": p.overhead_s * at,
               "bytes_moved": sum(op["bytes"] * op["count"] for op in rec["ops"]),
-              **({"predicted_speed": speed} if speed else {}), **({"predicted_host_speed": host} if host else {})}
+              **({"predicted_speed": speed} if speed else {})}
     return [{**common, "metric": metric, "unit": PREDICTED[metric], "value": value} for metric, value in values.items()]
 
 

@@ -1,7 +1,6 @@
 """Machine metadata, thread counts, GEMM calibration and NVML telemetry (with a fake NVML)."""
 
 import os
-import time
 import types
 
 import pytest
@@ -54,23 +53,6 @@ def test_the_control_times_one_block_of_the_calls_its_seconds_hold(monkeypatch):
     (one, one_s), (calls, block_s) = timed
     assert one == 1 and calls == max(1, round(0.01 / one_s))
     assert rate == 2 * 256**3 / block_s
-
-
-def test_the_dispatch_control_is_the_seconds_of_one_dispatch_sized_to_its_time(monkeypatch):
-    """The host's control: one-element additions back to back, as many as DISPATCH_TIME holds at the speed of the
-    first DISPATCH_PROBE, and never fewer; seconds per addition, whatever each costs (here each made to sleep
-    200 µs: DISPATCH_TIME holds fewer)."""
-    calls, real = [], control.torch.add
-
-    def slow(*args, **kwargs):
-        calls.append(1)
-        time.sleep(2e-4)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(control.torch, "add", slow)
-    seconds = control.dispatch_s()
-    assert 2e-4 <= seconds < 2e-3
-    assert len(calls) == 2 * control.DISPATCH_PROBE  # the probe, then a block of no fewer calls than it
 
 
 def test_asv_metadata_path_only_inside_asv(monkeypatch):

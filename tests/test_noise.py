@@ -28,8 +28,7 @@ def test_every_cpu_time_has_its_control_and_a_normalised_time(tmp_path, fake_pea
     a, b = measured_run(tmp_path / "a"), measure(tmp_path / "b")
     recs = [records.read_json(str(p)) for p in (tmp_path / "a" / "cases").iterdir()]
     timed = [r for r in recs if r["status"] == "ok" and "time_median_s" in r]
-    assert timed and all(r["control_flops_per_s"] > 0 and r["control_dispatch_s"] > 0 and r["load_average"] is not None
-                         for r in timed)
+    assert timed and all(r["control_flops_per_s"] > 0 and r["load_average"] is not None for r in timed)
     t = tidy.load([a, b])
     raw, norm = (t[(t.metric == m) & (t.run == os.path.normpath(a))].set_index(["area", "method", "model"]).value
                  for m in ("time", "time_normalised"))

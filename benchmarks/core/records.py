@@ -178,8 +178,8 @@ def read_json(path: str) -> dict:
 #: fields a record holds as numbers (None where not measured): anything else there is a damaged record
 NUMBERS = ("time_median_s", "time_q25_s", "time_q75_s", "time_iqr_s", "time_best_round_s", "samples", "blocks",
            "calls_per_block", "matmul_flops", "other_flops", "tokens", "achieved_flops_per_s", "tokens_per_s",
-           "gemm_peak_flops_per_s", "fraction_of_peak", "control_flops_per_s", "control_dispatch_s", "others_cpu_share",
-           "compute_s", "comm_s", "comm_share", "comm_bytes", "comm_bytes_measured", "sequential_depth", "op_launches",
+           "gemm_peak_flops_per_s", "fraction_of_peak", "control_flops_per_s", "others_cpu_share", "compute_s",
+           "comm_s", "comm_share", "comm_bytes", "comm_bytes_measured", "sequential_depth", "op_launches",
            "counted_matmul_flops", "gpu_peak_memory_bytes", "energy_per_token_j", "rounds_planned", "duration_s")
 #: (rate, count): a rate a record stores must equal its count over the median time (to this relative tolerance)
 RATES = (("achieved_flops_per_s", "matmul_flops"), ("tokens_per_s", "tokens"))

@@ -31,7 +31,7 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     time's interval (``low``, ``high``)."""
     keys = ["area", "method", *[c for c in tidy.PARAMS if c in t]]
     metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead",
-               "predicted_speed", "predicted_host_speed"]
+               "predicted_speed"]
     rows = t[t.metric.isin(metrics) & (t.status == "ok")].dropna(subset=["value"])
     if rows.empty or not (rows.metric == "predicted_time").any():
         return pd.DataFrame()
@@ -42,7 +42,7 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     wide = wide.join(bound).join(spans).dropna(subset=["time", "predicted_time"]).reset_index()
     wide = wide.rename(columns={"time": "measured", "predicted_time": "predicted", "predicted_compute": "compute",
                                 "predicted_memory": "memory", "predicted_overhead": "overhead",
-                                "predicted_speed": "speed", "predicted_host_speed": "host_speed"})
+                                "predicted_speed": "speed"})
     wide["ratio"] = wide.predicted / wide.measured
     wide["device"] = wide.device.where(wide.device != "", "cpu")  # the threads area runs on the CPU only
     return wide
@@ -200,18 +200,10 @@ def analyse(t: pd.DataFrame) -> Analysis:
                          ", and compute-bound predictions are short by that much)."))
     if not speeds.empty:
         a.numbers["median_speed"] = float(speeds.median())
-        a.verdict += (f" Each prediction is at its case's speed ({len(speeds)} of {len(p)} cases): its compute and "
-                      "memory terms at the control GEMM timed around the case over the one timed through the "
-                      f"constants' calibration, median {speeds.median():.2f}× ({speeds.min():.2f}-"
-                      f"{speeds.max():.2f}×; below 1, the host ran slower than when the constants were measured, "
-                      "and the prediction takes that much longer)")
-        hosts = p.host_speed.dropna() if "host_speed" in p else pd.Series(dtype=float)
-        if not hosts.empty:
-            a.numbers["median_host_speed"] = float(hosts.median())
-            a.verdict += (f"; its overhead term at the dispatch control's, likewise (the host side, which the GEMM's "
-                          f"speed does not follow), median {hosts.median():.2f}× ({hosts.min():.2f}-"
-                          f"{hosts.max():.2f}×)")
-        a.verdict += "."
+        a.verdict += (f" Each prediction is at its case's speed ({len(speeds)} of {len(p)} cases): the control GEMM "
+                      "timed around the case over the one timed through the constants' calibration, median "
+                      f"{speeds.median():.2f}× ({speeds.min():.2f}-{speeds.max():.2f}×; below 1, the host ran "
+                      "slower than when the constants were measured, and the prediction takes that much longer).")
     if unpriced := _unpriced(t):
         a.verdict += (" Not predicted: " + ", ".join(f"{n} timed case{'s' * (n > 1)} at {k:g} thread{'s' * (k != 1)}"
                                                         for k, n in unpriced.items())

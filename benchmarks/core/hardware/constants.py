@@ -304,21 +304,19 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
     """Every constant of ``device`` at the current thread count: the kernels' rates by shape, the bandwidth
     and the dispatch overheads (seconds; the host-side ones the least of ``host_side.MOMENTS`` timings spread over the
     measurement). ``quick``: two points per axis, small arrays, short timings (tests).
-    On the CPU, the controls before each part and after the last (``controls``: the GEMM's rate;
-    ``dispatch_controls``: the dispatches' seconds) and their medians (``control_flops_per_s``,
-    ``control_dispatch_s``): the machine's speed while they were timed, which a case's own controls are set
+    On the CPU, the control's rate before each part and after the last (``controls``) and their median
+    (``control_flops_per_s``): the machine's speed while they were timed, which a case's own control is set
     against when the constants price it."""
     run_time = 0.02 if quick else 0.2
     grids = GRIDS[device]
     if quick:
         grids = {kind: {a: tuple(dict.fromkeys((v[0], v[-1]))) for a, v in grid.items()}
                  for kind, grid in grids.items()}
-    controls, dispatches = [], []
+    controls = []
 
     def controlled(part):
         if device == "cpu":
             controls.append(control.control_flops_per_s())
-            dispatches.append(control.dispatch_s())
         return part()
 
     timed: list[dict] = []
@@ -345,7 +343,5 @@ def measure(device: str = "cpu", dtype: str = "float32", quick: bool = False) ->
     out.update(host_side.least(timed))
     if controls:
         controls.append(control.control_flops_per_s())
-        dispatches.append(control.dispatch_s())
-        out.update(controls=controls, control_flops_per_s=statistics.median(controls),
-                   dispatch_controls=dispatches, control_dispatch_s=statistics.median(dispatches))
+        out.update(controls=controls, control_flops_per_s=statistics.median(controls))
     return out

@@ -1,18 +1,14 @@
-"""The controls: a small GEMM timed for a moment, whose rate says how fast a shared machine runs its kernels right
-then, and a run of tiny dispatches, which says how fast it runs the host side (Python and the dispatcher, what an
-overhead-bound case spends its time in, and which the GEMM's speed does not follow).
+"""The control: a small GEMM timed for a moment, whose rate says how fast a shared machine runs right then.
 
-The timing interleaves them with every CPU measurement (``core.timing.measure``), and the constants' calibration
+The timing interleaves it with every CPU measurement (``core.timing.measure``), and the constants' calibration
 with each of its parts (``constants.measure``), so that a case and the constants it is priced with can be set at
-one speed: the performance model's prediction of a case has its compute and memory terms scaled by the constants'
-GEMM control over the case's, and its overhead term by the case's dispatch control over the constants'
-(``reports.tidy``). Both sides are timed here, alike.
+one speed: the performance model's prediction of a case is scaled by the constants' control over the case's
+(``reports.tidy``). Both are timed here, alike.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 
 import torch
 import torch.utils.benchmark as tbench
@@ -58,25 +54,3 @@ def gemm_flops_per_s_within(size: int, seconds: float) -> float:
 def control_flops_per_s() -> float:
     """The control's rate now: CONTROL_SIZE for CONTROL_TIME."""
     return gemm_flops_per_s_within(CONTROL_SIZE, CONTROL_TIME)
-
-
-#: one-element additions called back to back for about DISPATCH_TIME seconds (``dispatch_s``)
-DISPATCH_TIME = 0.003
-#: additions in the block that sizes the dispatch control
-DISPATCH_PROBE = 50
-
-
-def dispatch_s() -> float:
-    """The dispatch control now: seconds per ``torch.add`` of one-element CPU tensors (the "op" overhead's
-    workload, ``host_side.OVERHEADS``), over about DISPATCH_TIME of them back to back, sized from DISPATCH_PROBE.
-    Too small for a parallel region: it runs on the calling thread whatever torch's thread count."""
-    x, y, z = (torch.ones(1) for _ in range(3))
-
-    def block(n: int) -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            torch.add(x, y, out=z)
-        return (time.perf_counter() - start) / n
-
-    calls = max(DISPATCH_PROBE, round(DISPATCH_TIME / block(DISPATCH_PROBE)))
-    return block(calls)

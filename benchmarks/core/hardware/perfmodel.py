@@ -117,10 +117,8 @@ class Constants:
     #: the pointwise operators' rates by size written (``constants.pointwise_rates``); None: their memory
     #: traffic alone prices them
     pointwise: dict | None = None
-    #: the controls while the constants were timed (``constants.measure``: the GEMM's rate, the seconds of a
-    #: dispatch); None: not measured
+    #: the control GEMM's rate while the constants were timed (``constants.measure``); None: not measured
     control_flops_per_s: float | None = None
-    control_dispatch_s: float | None = None
 
     @classmethod
     def measured(cls, c: dict) -> Constants:
@@ -130,8 +128,7 @@ class Constants:
                    max(c["copy_bytes_per_s"], c["triad_bytes_per_s"]), dict(c["overhead_s"]),
                    f"measured on {c.get('device', '?')} ({c.get('threads', '?')} threads"
                    f"{', coarse grid' if c.get('quick') else ''})", memory=c.get("memory"),
-                   pointwise=c.get("pointwise"), control_flops_per_s=c.get("control_flops_per_s"),
-                   control_dispatch_s=c.get("control_dispatch_s"))
+                   pointwise=c.get("pointwise"), control_flops_per_s=c.get("control_flops_per_s"))
         if c.get("host"):
             made.overhead.update(made.host_overheads(c["host"]))
         return made

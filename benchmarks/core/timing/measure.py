@@ -25,7 +25,7 @@ import torch.utils.benchmark as tbench
 
 from ...area import Prepared, Skip, using_threads
 from ..hardware import constants
-from ..hardware.control import control_flops_per_s, dispatch_s, threads_left_alone
+from ..hardware.control import control_flops_per_s, threads_left_alone
 from ..hardware.machine import cpu_counters, others_cpu_share
 from . import graph_cache, telemetry
 
@@ -121,28 +121,26 @@ def gpu_telemetry(fn: Callable[[], Any], device: str, min_time: float = 1.0) -> 
 
 
 def timed_round(fn: Callable[[], Any], device: str, min_run_time: float) -> dict:
-    """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the controls (CPU: the GEMM's
-    rate and the dispatches' seconds, ``hardware.control``) just before and just after it (their geometric
-    means), the share of the cores other processes used while it was timed (``machine.others_cpu_share``; CPU
-    cases), the process's minor page faults per call
+    """One round of timing: ``blocked_timing`` for ``min_run_time`` seconds, with the control GEMM (CPU) just
+    before and just after it (their geometric mean), the share of the cores other processes used while it
+    was timed (``machine.others_cpu_share``; CPU cases), the process's minor page faults per call
     (``faults_per_call``: over every call of the round, the warm-ups' included: what a call faults in as it
     runs on, plus the first calls' one-time faults spread over them) and when it started. A cheap CPU case
     whose calls fault heavily settles first and is timed again (SETTLE_CALLS)."""
     control = device == "cpu"
     started = dt.datetime.now(dt.timezone.utc).isoformat()
-    before = (control_flops_per_s(), dispatch_s()) if control else None
+    before = control_flops_per_s() if control else None
     counters = cpu_counters() if control else None
     timing, faults = _faulting(fn, min_run_time)
     if control and cheap(timing.median, min_run_time) and faults > FAULT_PAGES * timing.calls:
         settle(fn)
         timing, faults = _faulting(fn, min_run_time)
     others = others_cpu_share(counters, cpu_counters()) if control else None
-    after = (control_flops_per_s(), dispatch_s()) if control else None
+    after = control_flops_per_s() if control else None
     return {"started_at": started, "pid": os.getpid(), "median_s": timing.median, "q25_s": timing.q25,
             "q75_s": timing.q75,
             "blocks": timing.blocks, "calls_per_block": timing.calls_per_block,
-            "control_flops_per_s": (before[0] * after[0]) ** 0.5 if control else None,
-            "control_dispatch_s": (before[1] * after[1]) ** 0.5 if control else None, "others_cpu_share": others,
+            "control_flops_per_s": (before * after) ** 0.5 if control else None, "others_cpu_share": others,
             "faults_per_call": faults / (timing.calls + timing.untimed)}
 
 
@@ -183,7 +181,7 @@ def combined(rounds: list[dict]) -> dict:
     median; the quartiles of one round's blocks, or with several rounds those of the round medians (the
     spread that separates two runs on a shared machine is the one between moments minutes apart, which
     the blocks of one round, seconds apart, do not see); ``samples``, how many values the quartiles are
-    over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median controls and the
+    over (fewer than MIN_SAMPLES: no spread measured); the blocks of all rounds; the median control and the
     median share of the cores other processes used while it was timed (``others_cpu_share``); with
     several rounds also the best round's median (``time_best_round_s``): on a shared machine whose
     neighbours only ever slow it down, the round least disturbed. With rounds from several processes
@@ -193,7 +191,6 @@ def combined(rounds: list[dict]) -> dict:
     their own spread (``modes_of``)."""
     med = lambda key: float(statistics.median(r[key] for r in rounds))  # noqa: E731
     controls = [r["control_flops_per_s"] for r in rounds if r["control_flops_per_s"]]
-    dispatch = [r["control_dispatch_s"] for r in rounds if r.get("control_dispatch_s")]
     others = [r["others_cpu_share"] for r in rounds if r.get("others_cpu_share") is not None]
     if len(rounds) > 1:
         q25, q75 = (float(q) for q in np.percentile([r["median_s"] for r in rounds], [25, 75]))
@@ -203,7 +200,6 @@ def combined(rounds: list[dict]) -> dict:
               "samples": len(rounds) if len(rounds) > 1 else rounds[0]["blocks"],
               "blocks": sum(r["blocks"] for r in rounds), "calls_per_block": rounds[-1]["calls_per_block"],
               "control_flops_per_s": float(statistics.median(controls)) if controls else None,
-              "control_dispatch_s": float(statistics.median(dispatch)) if dispatch else None,
               "others_cpu_share": float(statistics.median(others)) if others else None, "rounds": rounds,
               "processes": len({r["pid"] for r in rounds if r.get("pid") is not None}) or None}
     if len(rounds) > 1:
