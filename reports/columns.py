@@ -35,7 +35,7 @@ MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_mem
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
             "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "lowest", "highest",
-            "processes", "short_processes", "modes", "fast", "fast_low", "fast_high",
+            "processes", "process_times", "short_processes", "modes", "fast", "fast_low", "fast_high",
             "status", "reason", "bound"]
            + PARAMS + MACHINE_FACTS)
 

@@ -225,19 +225,54 @@ def _cases(width: float, n: int = 60) -> pd.DataFrame:
 
 def test_the_models_errors_carry_the_spread_their_cases_measurement_errors_give_them():
     assert prediction.error_draws(_cases(0)) is None  # no measured interval: nothing to draw from
-    narrow, wide = prediction.error_draws(_cases(0.02)), prediction.error_draws(_cases(0.2))
+    (narrow, k), (wide, _) = prediction.error_draws(_cases(0.02)), prediction.error_draws(_cases(0.2))
+    assert k is None  # a draw per case: no processes resampled
     spread = lambda d: np.std(np.log(d[:, 0]))  # noqa: E731 (the median error's log spread)
     assert 0 < spread(narrow) < spread(wide)
-    assert prediction.error_draws(_cases(0.02)).tolist() == narrow.tolist()  # seeded: one table, one interval
+    assert prediction.error_draws(_cases(0.02))[0].tolist() == narrow.tolist()  # seeded: one table, one interval
     # a rerun of the cases (each time redrawn at its interval's error) lands inside the stated interval
     cases_, se = _cases(0.1), 0.1 / (rerun.t_quantile(0.975, 6) * math.sqrt(2))
     stated = rerun.from_draws(np.median(np.abs(cases_.predicted / cases_.measured - 1)),
-                              prediction.error_draws(cases_)[:, 0])
+                              prediction.error_draws(cases_)[0][:, 0])
     rng, inside = np.random.default_rng(4), []
     for _ in range(200):
         rerun_measured = cases_.measured * np.exp(rng.normal(0, se * math.sqrt(2), len(cases_)))
         inside.append(stated[0] <= np.median(np.abs(cases_.predicted / rerun_measured - 1)) <= stated[1])
     assert np.mean(inside) >= 0.9
+
+
+def _timed_in_processes(rng, truth, predicted, shift=0.1, own=0.02, processes=3) -> pd.DataFrame:
+    """A run whose every process moves all of its cases together (a log shift of sd ``shift`` each) beside each
+    case's own noise (sd ``own``): each case's time in each process, their median, their range."""
+    moved = rng.normal(0, shift, processes)[None, :] + rng.normal(0, own, (len(truth), processes))
+    per = truth[:, None] * np.exp(moved)
+    return pd.DataFrame({"measured": np.median(per, axis=1), "predicted": predicted, "low": per.min(axis=1),
+                         "high": per.max(axis=1), "process_times": [tuple(row) for row in per]})
+
+
+def test_the_models_errors_resample_whole_processes_whose_cases_move_together():
+    """Each draw takes whole processes, the same for every case: where each process ran every case at its own speed
+    (1, 1.2 and 1.5 times the truth, which the model predicts exactly), every case of a draw is off by the same
+    factor, so its median error is its 90th percentile, and only the medians of three such speeds occur. Where each
+    of a run's processes shifts all of its cases at once, beside each case's own noise, the interval holds a rerun's
+    figure about as often as it says."""
+    truth = np.exp(np.random.default_rng(5).normal(-4, 1, 60))
+    run = pd.DataFrame({"measured": truth * 1.2, "predicted": truth,
+                        "process_times": [(t, 1.2 * t, 1.5 * t) for t in truth]})
+    draws, k = prediction.error_draws(run)
+    assert k == 3 and np.allclose(draws[:, 0], draws[:, 1], rtol=1e-12)
+    assert set(np.round(draws[:, 0], 9)) <= {0.0, round(1 - 1 / 1.2, 9), round(1 - 1 / 1.5, 9)}
+    assert len(set(np.round(draws[:, 0], 9))) == 3
+    rng = np.random.default_rng(6)
+    predicted = truth * np.where(np.arange(60) % 2, 1.15, 0.9) * np.exp(rng.normal(0, 0.05, 60))
+    figure = lambda t: np.median(np.abs(t.predicted / t.measured - 1))  # noqa: E731
+    inside = []
+    for _ in range(150):
+        run, rerun_ = (_timed_in_processes(rng, truth, predicted) for _ in range(2))
+        draws, k = prediction.error_draws(run)
+        low, high = rerun.from_draws(figure(run), draws[:, 0], k)
+        inside.append(low <= figure(rerun_) <= high)
+    assert np.mean(inside) >= 0.85
 
 
 def test_timed_cases_at_a_thread_count_without_constants_are_named_as_not_predicted(run):

@@ -6,6 +6,8 @@ then measured.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -27,8 +29,8 @@ DRAWS = 400
 
 def pairs(t: pd.DataFrame) -> pd.DataFrame:
     """One row per timed case with a prediction: its axes, ``measured`` and ``predicted`` seconds, the three
-    predicted terms, its ``bound``, ``ratio`` (predicted / measured) and, where the run states one, the measured
-    time's interval (``low``, ``high``)."""
+    predicted terms, its ``bound``, ``ratio`` (predicted / measured) and, where the run states them, the measured
+    time's interval (``low``, ``high``) and its median in each process (``process_times``, in round order)."""
     keys = ["area", "method", *[c for c in tidy.PARAMS if c in t]]
     metrics = ["time", "predicted_time", "predicted_compute", "predicted_memory", "predicted_overhead",
                "predicted_speed"]
@@ -38,7 +40,10 @@ def pairs(t: pd.DataFrame) -> pd.DataFrame:
     filled = rows.assign(**{k: rows[k].astype(object).where(rows[k].notna(), "") for k in keys})
     wide = filled.pivot_table(index=keys, columns="metric", values="value", aggfunc="median")
     bound = filled[filled.metric == "predicted_time"].groupby(keys).bound.first()
-    spans = filled[filled.metric == "time"].groupby(keys)[[c for c in ("low", "high") if c in filled]].median()
+    timed = filled[filled.metric == "time"].groupby(keys)
+    spans = timed[[c for c in ("low", "high") if c in filled]].median()
+    if "process_times" in filled:
+        spans = spans.join(timed.process_times.first())
     wide = wide.join(bound).join(spans).dropna(subset=["time", "predicted_time"]).reset_index()
     wide = wide.rename(columns={"time": "measured", "predicted_time": "predicted", "predicted_compute": "compute",
                                 "predicted_memory": "memory", "predicted_overhead": "overhead",
@@ -72,18 +77,35 @@ def _errors(p: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> np.ndarray | None:
-    """The model's median and 90th-percentile error over the cases, ``draws`` times, each case's measured time
-    drawn from its interval (log-normal at the standard error the interval states, ``rerun.standard_error2``;
-    a case without one as measured): their spread is what the cases' measurement errors give the two figures.
-    None where no case has an interval. Seeded: one run's table gives one interval."""
-    if "low" not in p or p.low.isna().all():
+def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> tuple[np.ndarray, int | None] | None:
+    """The model's median and 90th-percentile error over the cases, ``draws`` times, and how many processes each
+    draw resampled. Where the cases were timed in several processes (``process_times``: the run's rounds, each a
+    process that timed every case), each draw takes that many of the processes with replacement, the same ones for
+    every case, and each case's median over them: a process moves all of its cases together (its allocator's state,
+    its place on the cores, the host meanwhile: an RNN's cases ran 20% slower in every one of a run's processes than
+    in another run's), which a draw per case would average away. Otherwise each case's measured time is drawn from
+    its interval (log-normal at the standard error the interval states, ``rerun.standard_error2``; a case without
+    one as measured). None where no case has either. Seeded: one run's table gives one interval."""
+    rng = np.random.default_rng(0)
+    times = [t if isinstance(t, tuple) else () for t in p.get("process_times", pd.Series([()] * len(p)))]
+    counts = [len(t) for t in times if len(t) > 1]
+    if counts:
+        k = int(np.median(counts))  # the run's rounds: the processes every case was timed in
+        per = np.array([(t + (np.nan,) * k)[:k] if len(t) > 1 else (np.nan,) * k for t in times], float)
+        with warnings.catch_warnings():  # a case timed in one process only: all NaN, its time as measured (below)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            picked = np.nanmedian(per[:, rng.integers(0, k, (draws, k))], axis=2).T  # (draws, cases)
+        measured = np.where(np.isnan(picked), p.measured.to_numpy(), picked)
+        clusters = k
+    elif "low" in p and not p.low.isna().all():
+        se = np.sqrt([rerun.standard_error2(lo, hi, 3) if lo == lo and lo > 0 else 0.0 for lo, hi in zip(
+            p.low, p.high, strict=True)])
+        measured = p.measured.to_numpy() * np.exp(rng.standard_normal((draws, len(p))) * se)
+        clusters = None
+    else:
         return None
-    se = np.sqrt([rerun.standard_error2(lo, hi, 3) if lo == lo and lo > 0 else 0.0 for lo, hi in zip(
-        p.low, p.high, strict=True)])
-    noise = np.random.default_rng(0).standard_normal((draws, len(p))) * se
-    err = np.abs(p.predicted.to_numpy() / (p.measured.to_numpy() * np.exp(noise)) - 1)
-    return np.stack([np.median(err, axis=1), np.quantile(err, 0.9, axis=1)], axis=1)
+    err = np.abs(p.predicted.to_numpy() / measured - 1)
+    return np.stack([np.median(err, axis=1), np.quantile(err, 0.9, axis=1)], axis=1), clusters
 
 
 def _misled(row) -> str:
@@ -168,10 +190,11 @@ def analyse(t: pd.DataFrame) -> Analysis:
     a.tables["errors"] = errors
     median, p90 = errors.loc[("all", "all", ""), "median_error"], errors.loc[("all", "all", ""), "p90_error"]
     a.numbers.update(median_error=median, p90_error=p90, cases=len(p))
-    draws = error_draws(p)
-    if draws is not None:
+    drawn = error_draws(p)
+    if drawn is not None:
+        draws, clusters = drawn
         for i, key in enumerate(("median_error", "p90_error")):
-            a.interval(key, *rerun.from_draws(a.numbers[key], draws[:, i]))
+            a.interval(key, *rerun.from_draws(a.numbers[key], draws[:, i], clusters))
     worst = p.assign(off=np.abs(np.log(p.ratio))).nlargest(WORST, "off")
     a.tables["worst"] = pd.DataFrame({"case": [_label(r) for _, r in worst.iterrows()],
                                       "measured": worst.measured.values, "predicted": worst.predicted.values,

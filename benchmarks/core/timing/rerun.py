@@ -98,10 +98,13 @@ def interval(value: float, width: float) -> tuple[float, float]:
     return value * math.exp(-width), value * math.exp(width)
 
 
-def from_draws(value: float, draws: np.ndarray) -> tuple[float, float]:
+def from_draws(value: float, draws: np.ndarray, clusters: int | None = None) -> tuple[float, float]:
     """The interval of a positive ``value`` whose sampling distribution ``draws`` are (a bootstrap, or a
-    simulation from its inputs' errors): their log standard deviation as its standard error, at Z, x sqrt(2)."""
-    return interval(value, Z * float(np.std(np.log(draws), ddof=1)) * math.sqrt(2))
+    simulation from its inputs' errors): their log standard deviation as its standard error, at Z, x sqrt(2).
+    ``clusters``: the draws resample so many clusters (processes) with replacement, whose spread a bootstrap
+    reads low by sqrt((k - 1) / k); the standard error is scaled back by its inverse."""
+    scale = math.sqrt(clusters / (clusters - 1)) if clusters and clusters > 1 else 1.0
+    return interval(value, Z * float(np.std(np.log(draws), ddof=1)) * scale * math.sqrt(2))
 
 
 def count_interval(count: int, n: int) -> tuple[float, float]:
