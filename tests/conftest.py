@@ -91,14 +91,17 @@ def main_job(tmp_path_factory):
     """The main job as the README runs it (three processes per case, profiles, the paired ratios, the report) on
     the quick grid's CPU cases, once per test session: (run folder, report folder, exit code, stdout). Its pairs
     get 3 s instead of 30 (the three sessions they take whatever the budget: a pair's record and its row in the
-    page need no more), a case in two modes one more process instead of two, and the calibration a 128 GEMM."""
+    page need no more) and C2's no more sessions than the others (``test_pairs`` times C2's further ones), a case in
+    two modes one more process instead of two, and the calibration a 128 GEMM."""
     from attention_bench.cli import main
+    from benchmarks import pairs
     from benchmarks.core.running import runner
 
     def make(tmp):
         run, report, out = str(tmp / "run"), str(tmp / "report"), io.StringIO()
         with quick_measuring() as mp, contextlib.redirect_stdout(out):
             mp.setattr(runner, "EXTRA_ROUNDS", 1)
+            mp.setattr(pairs, "C2_ROUNDS", pairs.MIN_ROUNDS)
             mp.setattr(machine, "GEMM_SIZES", {**machine.GEMM_SIZES, "cpu": (128,)})
             code = main(["run", "--grid", "quick", "--device", "cpu", "--out", run, "--report", report, "--machine",
                          "box", "--min-run-time", "0.01", "--pairs-budget", "3", "--no-progress"])

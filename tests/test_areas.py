@@ -66,7 +66,7 @@ def _copy_project(dest) -> str:
 
 
 def _command(copy: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": copy, "ATTENTION_BENCH_CACHE": os.path.join(copy, ".cache")}
+    env = {**os.environ, "PYTHONPATH": copy}  # the session's cache (conftest): its constants measured once
     return subprocess.run([sys.executable, "-m", "attention_bench", *args], cwd=copy, env=env, capture_output=True,
                           text=True, timeout=600)
 
