@@ -82,10 +82,11 @@ def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> tuple[np.ndarray, int | 
     draw resampled. Where the cases were timed in several processes (``process_times``: the run's rounds, each a
     process that timed every case), each draw takes that many of the processes with replacement, the same ones for
     every case, and each case's median over them: a process moves all of its cases together (its allocator's state,
-    its place on the cores, the host meanwhile: an RNN's cases ran 20% slower in every one of a run's processes than
-    in another run's), which a draw per case would average away. Otherwise each case's measured time is drawn from
-    its interval (log-normal at the standard error the interval states, ``rerun.standard_error2``; a case without
-    one as measured). None where no case has either. Seeded: one run's table gives one interval."""
+    its place on the cores, the host meanwhile), which a draw per case would average away over the cases; the
+    spread of k processes' draws reads low by sqrt((k - 1) / k) (``rerun.from_draws`` scales it back). Otherwise
+    each case's measured time is drawn from its interval (log-normal at the standard error the interval states,
+    ``rerun.standard_error2``; a case without one as measured). None where no case has either. Seeded: one run's
+    table gives one interval."""
     rng = np.random.default_rng(0)
     times = [t if isinstance(t, tuple) else () for t in p.get("process_times", pd.Series([()] * len(p)))]
     counts = [len(t) for t in times if len(t) > 1]
