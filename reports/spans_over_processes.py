@@ -16,6 +16,13 @@ def process_logs(rec: dict) -> np.ndarray:
     return np.log([r["median_s"] for r in rec.get("rounds") or () if r.get("median_s")])
 
 
+def process_times(rec: dict) -> tuple[float, ...] | None:
+    """A record's median in each of its rounds, in round order (each round a process that timed every case of
+    the run: the n-th of two cases' times come from one process), or None where it has fewer than two."""
+    times = tuple(r["median_s"] for r in rec.get("rounds") or ())
+    return times if len(times) > 1 else None
+
+
 def priors(kept: list[dict]) -> dict[tuple[str, str], float]:
     """Per (area, device), the variance of one process's log time typical of the area's cases in this run
     (``rerun.typical_variance``), from the records timed in several processes."""

@@ -241,7 +241,7 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
     rows = [] if "time_median_s" not in rec else [
         {**common, "metric": "time", "unit": "s", "value": rec["time_median_s"], "q25": rec["time_q25_s"],
          "q75": rec["time_q75_s"], "iqr": rec["time_iqr_s"], "samples": samples(rec), **spans,
-         "process_times": process_times(rec)}]
+         "process_times": spans_over_processes.process_times(rec)}]
     if rec.get("time_best_round_s") is not None:  # several rounds: the least disturbed one's median
         rows.append({**common, "metric": "time_best_round", "unit": "s", "value": rec["time_best_round_s"]})
     for metric, unit in UNITS.items():
@@ -261,13 +261,6 @@ def _runner_rows(rec: dict, base: dict, peak: float | None = None, calibrated: f
             next(r for r in rows if r["metric"] == "fraction_of_peak")["reason"] = (
                 f"achieved {over:.2f}x the calibrated GEMM peak: the peak was raised (a calibration that read low)")
     return rows
-
-
-def process_times(rec: dict) -> tuple[float, ...] | None:
-    """A record's median in each of its rounds, in round order (each round a process that timed every case of
-    the run: the n-th of two cases' times come from one process), or None where it has fewer than two."""
-    times = tuple(r["median_s"] for r in rec.get("rounds") or ())
-    return times if len(times) > 1 else None
 
 
 #: metrics that are a count over the time (their interval over processes is the time's, inverted)

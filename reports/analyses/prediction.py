@@ -88,7 +88,7 @@ def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> tuple[np.ndarray, int | 
     ``rerun.standard_error2``; a case without one as measured). None where no case has either. Seeded: one run's
     table gives one interval."""
     rng = np.random.default_rng(0)
-    times = [t if isinstance(t, tuple) else () for t in p.get("process_times", pd.Series([()] * len(p)))]
+    times = [t if isinstance(t, tuple) else () for t in (p["process_times"] if "process_times" in p else ())]
     counts = [len(t) for t in times if len(t) > 1]
     if counts:
         k = int(np.median(counts))  # the run's rounds: the processes every case was timed in
