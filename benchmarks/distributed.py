@@ -73,7 +73,7 @@ def _measure(args, out: str, todo: list[dict], backend: str, device, rank: int, 
     # written so far are whole (rank 0 writes a case's record after every rank has measured it)
     with RankGuard(rank, world, out, lambda: current[0]):
         if runner is not None:
-            runner.calibrate([])
+            runner.calibrate([], priced=False)  # the performance model prices no head-parallel case
         counts = {"ok": 0, "skipped": 0, "failed": 0, "oom": 0, "resumed": 0}
         recorded = [recorded_here(runner, todo, world, backend, device) if runner is not None else None]
         dist.broadcast_object_list(recorded, src=0)

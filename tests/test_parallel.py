@@ -201,6 +201,9 @@ def test_one_rank_and_two_nodes_meeting_by_rendezvous_share_a_folder_and_the_rep
     out = str(tmp_path / "run")
     done = torchrun(1, "--grid", "quick", "--out", out, "--min-run-time", "0.02", "--machine", "box")
     assert done.returncode == 0 and "1 ranks (gloo): ok 4" in done.stdout, done.stderr[-2000:]
+    # the performance model prices no head-parallel case: its constants are neither measured nor kept
+    assert "performance model's constants" not in done.stderr
+    assert json.loads((tmp_path / "run" / "machine.json").read_text())["constants"] == {}
     nodes = two_nodes(out, "--grid", "quick", "--min-run-time", "0.02", "--machine", "box")
     assert [code for code, _, _ in nodes] == [0, 0], [err[-2000:] for _, _, err in nodes]
     assert sum("2 ranks (gloo): ok 4" in stdout for _, stdout, _ in nodes) == 1  # rank 0, on one of the nodes

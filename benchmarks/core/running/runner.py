@@ -171,19 +171,20 @@ class Runner:
         with all of this run's rounds (a resumed run skips the case)."""
         return sum(max(0, self.rounds - self.recorded(area, m, params)[0]) for m in self.methods(area, params))
 
-    def calibrate(self, threads: list[int], again: bool = False) -> dict[str, float]:
+    def calibrate(self, threads: list[int], again: bool = False, priced: bool = True) -> dict[str, float]:
         """The machine's GEMM peaks for this run (``machine.json``, with the performance model's constants,
         ``constants_cache.this_machine``, and what moves between this machine's runs, ``between_runs``):
-        measured at its start, reused on resume;
-        ``again`` (at the end of a run that measured something) measures them once more and keeps each key's
-        best of every calibration (``calibrations`` lists them), so that a calibration slowed by another
-        process does not stand as the machine's peak."""
+        measured at its start, reused on resume; ``again`` (at the end of a run that measured something) measures
+        them once more and keeps each key's best of every calibration (``calibrations`` lists them), so that a
+        calibration slowed by another process does not stand as the machine's peak. ``priced``: False where the
+        performance model prices no case (records that count no operators: the head-parallel ones), and no
+        constants are measured."""
         path = os.path.join(self.out, "machine.json")
         saved = self._read(path, records.peaks_problem) if os.path.exists(path) else None
         if saved is not None and saved.get("commit") == self.commit and not again:
             keys = {machine.peak_key("cpu", "float32", t) for t in (None, *threads)}
             current = machine.peak_key("cpu", "float32", None)  # constants at other counts: where cached only
-            if set(saved["gemm_peaks"]) >= keys and current in saved.get("constants", {}):
+            if set(saved["gemm_peaks"]) >= keys and (current in saved.get("constants", {}) or not priced):
                 return saved["gemm_peaks"]
         fresh = machine.calibrate(threads, fresh=again)
         # every calibration of this commit's run stays (a resume that adds the constants loses none)
@@ -194,7 +195,7 @@ class Runner:
         kept = saved.get("constants", {}) if saved and saved.get("commit") == self.commit else {}
         sources = saved.get("constants_source", {}) if kept else {}
         fresh_constants = constants_cache.this_machine(threads, kept, self.quick_constants, self.recalibrate,
-                                                          sources)
+                                                          sources) if priced else {}
         facts = machine.metadata()
         write_json_atomic(path, {"machine": facts, "gemm_peaks": peaks, "calibrations": calibrations,
                                  "constants": {**fresh_constants, **kept}, "constants_source": sources,
