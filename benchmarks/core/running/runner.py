@@ -18,8 +18,7 @@ for a case whose intermediates are megabytes, and persists for the process, so a
 one draw. A case's figure is the median of R such draws (R + EXTRA_ROUNDS where they ran at two levels, or
 where each faulted in pages on every call: ``Runner.unsettled_record``).
 
-``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``benchmarks.core.ranks.world``
-spreads a grid over torchrun's ranks.
+``attention-bench run`` measures through ``benchmarks.core.pipeline``; ``core.ranks.world`` spreads a grid over ranks.
 """
 
 from __future__ import annotations
