@@ -494,3 +494,21 @@ def test_the_runtime_settings_a_run_measured_in_are_in_every_verdicts_conditions
     threads = {(("workload", "attention"), ("threads", p)): 1.0 / p for p in (1, 2)}
     scaling = c1_threads.analyse(table(rows("threads", "time", threads, dtype="float32", runtime="default")))
     assert scaling.conditions == "workloads as named in the verdict, 1/2 CPU threads, float32, runtime default"
+
+
+def test_a_run_without_head_parallel_cases_names_a_command_that_measures_them():
+    """The command the head-parallel row suggests is one the command line has, and the folder it names is the one
+    that command writes (``pipeline.run_folder``)."""
+    import argparse
+    import re
+
+    from attention_bench.cli import COMMANDS
+    from benchmarks.core import pipeline
+    from reports.analyses import c3_parallel
+
+    t = table(rows("models", "time", {(("model", "transformer"), ("seq_len", 16)): 0.01}))
+    verdict = c3_parallel.analyse(t).verdict
+    command = re.search(r"torchrun --nproc_per_node=N -m (\w+) (\w+)", verdict)
+    assert command and command.group(1) == "attention_bench" and command.group(2) in COMMANDS, verdict
+    folder = pipeline.run_folder(argparse.Namespace(out=None, machine="m"), "parallel")
+    assert folder.replace("m-parallel", "<machine>-parallel") in verdict, (folder, verdict)

@@ -22,7 +22,8 @@ def analyse(t: pd.DataFrame) -> Analysis:
     times = ok_rows(t, "parallel", "time")
     if times.empty:
         return a.without("no parallel results", not_measured(t, "parallel", "head-parallel") + (
-            " Measure it with torchrun --nproc_per_node=N -m benchmarks.distributed --out <run>, for N = 1 and more."))
+            " Measure it with torchrun --nproc_per_node=N -m attention_bench ranks, for N = 1 and more (its run "
+            "folder: results/runs/<machine>-parallel), and give that folder to attention-bench report too."))
     metrics, compute = _per_case(t, "comm_share"), _per_case(t, "compute_s")
     per = _per_case(t, "time")
     ranks = sorted(per.index.get_level_values("ranks").unique())
