@@ -19,8 +19,9 @@ from . import options
 #: bytes a report (page, figures, CSV; about 4 MB of the default grid) and the profiles and their traces
 #: (about 2 MB) may take at most
 REPORT_BYTES, PROFILE_BYTES = 16 * 2**20, 16 * 2**20
-#: seconds per device the main job spends timing the verdicts' ratios paired, after the grid and the profiles: the
-#: three sessions a ratio needs at least (``pairs.MIN_ROUNDS``) take about 45 s on two cores, so it buys no fourth
+#: seconds per device the main job spends timing the verdicts' ratios paired (a session after each of the grid's
+#: rounds, then more after the profiles): the three sessions a ratio needs at least (``pairs.MIN_ROUNDS``) take
+#: about 45 s on two cores, so it buys no fourth
 PAIRS_BUDGET_S = 30.0
 #: the profile set (benchmarks.cases.PROFILE_SETS) measured after each grid
 PROFILE_SET_FOR_GRID = {"quick": "quick", "default": "default", "full": "default"}
@@ -33,9 +34,9 @@ def add_run(p: argparse.ArgumentParser) -> None:
                 "--recalibrate", "--report")
     p.add_argument("--no-profile", action="store_true", help="profile no case")
     p.add_argument("--pairs-budget", type=guards.seconds_or_none, default=PAIRS_BUDGET_S, metavar="SECONDS",
-                   help="seconds of paired rounds per device for the verdicts' ratios after the grid, after the "
-                   "workers' first start and build, three sessions at least (as attention-bench pairs --budget; "
-                   f"default {PAIRS_BUDGET_S:g}, 0: none)")
+                   help="seconds of paired rounds per device for the verdicts' ratios, a session after each of "
+                   "the grid's rounds and more after the profiles, three sessions at least (as attention-bench "
+                   f"pairs --budget; default {PAIRS_BUDGET_S:g}, 0: none)")
     p.add_argument("--no-report", action="store_true", help="measure only: the run folder holds the results, and "
                    "attention-bench report builds the report from it later")
 
@@ -58,8 +59,12 @@ def run(args: argparse.Namespace) -> int:
           + (f", rank {ranks.rank} of {ranks.world}: {len(run.share)} cases" if ranks.world > 1 else ""),
           file=sys.stderr)
     try:
-        _, total = pipeline.measure_grid(run, progress=not args.no_progress)
-        stages.done("grid")
+        # the verdicts' ratios: a session after each of the grid's rounds, spread over the run as they are (not
+        # under torchrun, whose ranks measure the grid without rounds of their own), the rest after the profiles
+        paired = Paired(args, out, run.todo) if args.pairs_budget and ranks.rank == 0 else None
+        _, total = pipeline.measure_grid(run, progress=not args.no_progress,
+                                         between=paired.one if paired and ranks.world == 1 else None)
+        stages.done("grid", {"pairs": paired.seconds} if paired else None)
         if ranks.rank != 0:
             return 0
         if ranks.world > 1:
@@ -71,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
             profiled = profiler.run_set_fresh(chosen, out, progress=not args.no_progress)
             print("profiled: " + ", ".join(f"{k} {v}" for k, v in sorted(profiled.items())), file=sys.stderr)
             stages.done("profiles")
-        if args.pairs_budget:
-            _time_pairs(args, out, run.todo)
+        if paired:
+            paired.rest()
             stages.done("pairs")
     except (KeyboardInterrupt, OSError) as error:
         return run.stopped(error)
@@ -96,30 +101,61 @@ class Stages:
         self.start = self.last = time.time()
         self.seconds: dict[str, float] = {}
 
-    def done(self, stage: str) -> None:
+    def done(self, stage: str, within: dict[str, float] | None = None) -> None:
+        """``stage`` ends now; ``within``: the seconds of other stages timed inside it (the pairs' sessions
+        between the grid's rounds), counted as theirs."""
         now = time.time()
-        self.seconds[stage], self.last = now - self.last, now
+        self.seconds[stage], self.last = self.seconds.get(stage, 0.0) + now - self.last, now
+        for other, seconds in (within or {}).items():
+            self.seconds[stage] -= seconds
+            self.seconds[other] = self.seconds.get(other, 0.0) + seconds
 
     def __str__(self) -> str:
         return f"{self.last - self.start:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items()) + ")"
 
 
-def _time_pairs(args, out: str, todo: list[tuple[str, dict]]) -> None:
-    """The verdicts' ratios timed paired (``benchmarks.pairs``) into the run folder, for each device measured,
-    of the run's cases (``todo``: its --area, --param and --device); a worker that dies is said, and the report
-    goes on without that device's pairs."""
-    keys = pairs.chosen_keys(todo)
-    for device in sorted({p.get("device", "cpu") for _, p in todo} & set(machine.local_devices())):
-        kinds = [k for k in pairs.KINDS
-                 if any(pairs.within(pair, keys) for pair in pairs.pairs_of(k, args.grid, device))]
-        if not kinds:
-            continue
-        try:
-            pairs.measure(kinds, args.grid, device, args.pairs_budget,
-                          os.path.join(out, pairs.RECORD.format(device=device)), progress=not args.no_progress,
-                          chosen=todo)
-        except (pairs.WorkerDied, ValueError) as error:
-            print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
+class Paired:
+    """The verdicts' ratios of the run's cases (``todo``: its --area, --param and --device), timed paired
+    (``benchmarks.pairs``) into the run folder for each device measured, session by session: ``one`` after each of
+    the grid's rounds, its record written as it ends (a run stopped then keeps them), ``rest`` after the profiles
+    (``pairs.measure``'s rounds, within --pairs-budget). A worker that dies is said, and the report goes on without
+    that device's pairs."""
+
+    def __init__(self, args, out: str, todo: list[tuple[str, dict]]):
+        self.grid, self.budget, self.progress, self.seconds = args.grid, args.pairs_budget, not args.no_progress, 0.0
+        keys, self.sessions = pairs.chosen_keys(todo), {}
+        for device in sorted({p.get("device", "cpu") for _, p in todo} & set(machine.local_devices())):
+            kinds = [k for k in pairs.KINDS
+                     if any(pairs.within(pair, keys) for pair in pairs.pairs_of(k, args.grid, device))]
+            if kinds:
+                record = os.path.join(out, pairs.RECORD.format(device=device))
+                self.sessions[device] = kinds, record, pairs.Sessions(kinds, args.grid, device, chosen=todo)
+
+    def one(self) -> None:
+        started = time.monotonic()
+        for device, (kinds, record, sessions) in list(self.sessions.items()):
+            print(f"Timing session {sessions.rounds + 1} of the pairs of {', '.join(kinds)} ({device})",
+                  file=sys.stderr)
+            try:
+                try:
+                    sessions.one()
+                finally:  # what was timed is kept, a Ctrl-C's too
+                    pairs.save(sessions, kinds, self.grid, device, self.budget, record,
+                               None if sessions.stopped else "more sessions after the grid's rounds")
+            except (pairs.WorkerDied, ValueError) as error:
+                self._died(device, error)
+        self.seconds += time.monotonic() - started
+
+    def rest(self) -> None:
+        for device, (kinds, record, sessions) in self.sessions.items():
+            try:
+                pairs.measure(kinds, self.grid, device, self.budget, record, self.progress, sessions=sessions)
+            except (pairs.WorkerDied, ValueError) as error:
+                self._died(device, error)
+
+    def _died(self, device: str, error: Exception) -> None:
+        print(f"warning: the paired ratios on {device} stopped: {error}; the report has none", file=sys.stderr)
+        self.sessions.pop(device, None)
 
 
 # -- pairs ------------------------------------------------------------------------------------------

@@ -130,74 +130,124 @@ def key(case: tuple[str, dict, str]) -> str:
     return case_key(area, method, params)
 
 
-def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None,
-        chosen: list[tuple[str, dict]] | None = None):
-    """Measure every pair of ``kinds`` (of the ``chosen`` cases: ``within``): (rows, rounds, seconds, what stopped
-    it early: None, a KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with
-    settings of its own (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its
-    worker's."""
-    keys = chosen_keys(chosen)
-    listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, keys)]
-    envs = {kind: {**(env or {}), **KIND_ENV.get(kind, {})} for kind in kinds}
-    workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
-    worker_of: dict[str, str] = {}
-    for kind in dict.fromkeys(kind for kind, _ in listed):
-        worker_of[kind] = next((w for w in workers if envs[w] == envs[kind]), kind)
-        if worker_of[kind] not in workers:
-            fixed = FIXED_ALLOCATOR.items() <= envs[kind].items()
-            workers[kind] = Worker(kind, ROOT, ROOT, envs[kind], settle=SETTLE_CALLS if fixed else 0)
-    todo = {w: list({key(c): c for kind, pair in listed if worker_of[kind] == w for c in pair}.values())
-            for w in workers}
-    index = {w: {key(c): i for i, c in enumerate(cs)} for w, cs in todo.items()}
-    flops = {key(c): matmul_flops(c) for kind, pair in listed if kind == "c2" for c in pair}
-    sides = [tuple(Side(workers[worker_of[kind]], index[worker_of[kind]][key(c)]) for c in pair)
-             for kind, pair in listed]
-    rounds_of = PairRounds(list(workers.values()), todo, sides, BLOCK_S, handover_s=HANDOVER_S,
-                           session_rounds=SESSION_ROUNDS)
-    rounds_of.kinds = [kind for kind, _ in listed]
+class Sessions:
+    """Every pair of ``kinds`` (of the ``chosen`` cases: ``within``), timed session by session, each in fresh workers.
+    ``one()`` times one session and stops its workers: the main job puts one after each of the grid's rounds, so
+    that a ratio's sessions are spread over the run as the grid's rounds are (a state of the machine that lasts a
+    minute, such as what a page fault costs, then reaches one session of three, not all three). ``rest(budget)``
+    times the sessions after those, until every interval is narrow or the budget is spent (MIN_ROUNDS in all at
+    least, C2_ROUNDS for C2's pairs), and ``result()`` gives (rows, rounds, seconds, what stopped it early: None, a
+    KeyboardInterrupt or a WorkerDied, the regime the worker ran in). The pairs of a kind with settings of its own
+    (``KIND_ENV``) run in a worker of their own, with those settings; each row keeps its worker's."""
 
+    def __init__(self, kinds: list[str], grid: str, device: str, env: dict | None = None,
+                 chosen: list[tuple[str, dict]] | None = None):
+        keys = chosen_keys(chosen)
+        self.listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, keys)]
+        self.env = env or {}
+        self.envs = {kind: {**self.env, **KIND_ENV.get(kind, {})} for kind in kinds}
+        self.workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
+        worker_of: dict[str, str] = {}
+        for kind in dict.fromkeys(kind for kind, _ in self.listed):
+            worker_of[kind] = next((w for w in self.workers if self.envs[w] == self.envs[kind]), kind)
+            if worker_of[kind] not in self.workers:
+                fixed = FIXED_ALLOCATOR.items() <= self.envs[kind].items()
+                self.workers[kind] = Worker(kind, ROOT, ROOT, self.envs[kind], settle=SETTLE_CALLS if fixed else 0)
+        todo = {w: list({key(c): c for kind, pair in self.listed if worker_of[kind] == w for c in pair}.values())
+                for w in self.workers}
+        index = {w: {key(c): i for i, c in enumerate(cs)} for w, cs in todo.items()}
+        self.flops = {key(c): matmul_flops(c) for kind, pair in self.listed if kind == "c2" for c in pair}
+        sides = [tuple(Side(self.workers[worker_of[kind]], index[worker_of[kind]][key(c)]) for c in pair)
+                 for kind, pair in self.listed]
+        self.rounds_of = PairRounds(list(self.workers.values()), todo, sides, BLOCK_S, handover_s=HANDOVER_S,
+                                    session_rounds=SESSION_ROUNDS)
+        self.rounds_of.kinds = [kind for kind, _ in self.listed]
+        self.rounds, self.seconds, self.stopped = 0, 0.0, None
+
+    def one(self) -> None:
+        """One session (SESSION_ROUNDS rounds) in fresh workers, stopped after it; a KeyboardInterrupt or WorkerDied
+        is raised after what was timed is counted."""
+        started = time.monotonic()
+        try:
+            if self.rounds == 0:
+                self.rounds_of.start()
+            for _ in range(SESSION_ROUNDS):
+                self.rounds_of.round(self.rounds)
+                self.rounds += 1
+        except (KeyboardInterrupt, WorkerDied) as error:
+            self.stopped, self.rounds = error, self.rounds_of.measured_rounds()
+            raise
+        finally:
+            self.rounds_of.stop()
+            self.seconds += time.monotonic() - started
+
+    def rest(self, budget: float, progress: bool) -> None:
+        """The sessions after those timed so far (``one``), until every interval is within ±PRECISION (from
+        MIN_ROUNDS rounds on) or ``budget`` seconds are spent, those timed so far included; then C2's, up to
+        C2_ROUNDS. A stop is kept (``result``), not raised."""
+        started, left = time.monotonic(), budget - self.seconds
+        try:
+            if self.rounds == 0:
+                self.rounds_of.start()
+            if self.rounds < MIN_ROUNDS or left > 0 and not self.narrow(self.rounds_of.estimates()):
+                self.rounds = self.rounds_of.run(self.narrow, max(0.0, left), MIN_ROUNDS, MAX_ROUNDS,
+                                                 self.say(budget) if progress else None, fewest=MIN_ROUNDS,
+                                                 first=self.rounds)
+            self.rounds = c2_rounds(self.rounds_of, [kind for kind, _ in self.listed], self.rounds)
+        except (KeyboardInterrupt, WorkerDied) as error:  # the ratios so far are kept, and the stop is said
+            self.stopped, self.rounds = error, self.rounds_of.measured_rounds()
+        finally:
+            self.rounds_of.stop()
+            self.seconds += time.monotonic() - started
+            if progress:
+                print(file=sys.stderr)
+
+    @staticmethod
     def narrow(estimates) -> bool:
         return all(e.high / e.low <= (1 + PRECISION) / (1 - PRECISION) for e in estimates if e is not None)
 
-    def say(r, estimates, seconds):
-        wide = sum(e is not None and e.high / e.low > (1 + PRECISION) / (1 - PRECISION) for e in estimates)
-        print(f"\rround {r}: {wide} of {len(estimates)} intervals wider than ±{PRECISION:.0%} ({seconds:.0f} s of "
-              f"{budget:g})", end="", file=sys.stderr, flush=True)
+    @staticmethod
+    def say(budget: float):
+        def said(r, estimates, seconds):
+            wide = sum(e is not None and e.high / e.low > (1 + PRECISION) / (1 - PRECISION) for e in estimates)
+            print(f"\rround {r}: {wide} of {len(estimates)} intervals wider than ±{PRECISION:.0%} ({seconds:.0f} s "
+                  f"of {budget:g})", end="", file=sys.stderr, flush=True)
+        return said
 
-    started, stopped = time.monotonic(), None
-    try:
-        rounds_of.start()
-        rounds = rounds_of.run(narrow, budget, MIN_ROUNDS, MAX_ROUNDS, say if progress else None, fewest=MIN_ROUNDS)
-        rounds = c2_rounds(rounds_of, [kind for kind, _ in listed], rounds)
-    except (KeyboardInterrupt, WorkerDied) as error:  # the ratios so far are kept, and the stop is said
-        stopped, rounds = error, rounds_of.measured_rounds()
-    finally:
-        rounds_of.stop()
-        if progress:
-            print(file=sys.stderr)
-    rows = []
-    for p, ((kind, (pa, pb)), est) in enumerate(zip(listed, rounds_of.estimates(), strict=True)):
-        area, method, axis, a, b, meaning = KINDS[kind]
-        same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
-        row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
-               "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": envs[kind]}
-        if est is None:
-            row.update(status="skipped", reason=rounds_of.skipped[p])
-        elif len(rounds_of.ratios[p]) < 2:
-            row.update(status="skipped", reason="stopped before two rounds were measured")
-        else:
-            times = rounds_of.times[p]
-            row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
-                       b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low, high=est.high,
-                       rounds=est.rounds, round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p],
-                       round_faults=rounds_of.faults[p], round_others_cpu_share=rounds_of.others[p])
-            if kind == "c2":
-                row.update(fraction_of_gemm(rounds_of, p, est, flops[key(pa)], flops[key(pb)]))
+    def result(self):
+        rounds_of, rows = self.rounds_of, []
+        for p, ((kind, (pa, pb)), est) in enumerate(zip(self.listed, rounds_of.estimates(), strict=True)):
+            area, method, axis, a, b, meaning = KINDS[kind]
+            same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
+            row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
+                   "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": self.envs[kind]}
+            if est is None:
+                row.update(status="skipped", reason=rounds_of.skipped[p])
+            elif len(rounds_of.ratios[p]) < 2:
+                row.update(status="skipped", reason="stopped before two rounds were measured")
             else:
-                row.update(in_memory_states(rounds_of, p, est))
-        rows.append(row)
-    plain = next((workers[w] for w in workers if envs[w] == (env or {})), next(iter(workers.values()), None))
-    return rows, rounds, time.monotonic() - started, stopped, plain.regime if plain else None
+                times = rounds_of.times[p]
+                row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],
+                           b_s=sorted(times["b"])[len(times["b"]) // 2], ratio=est.ratio, low=est.low,
+                           high=est.high, rounds=est.rounds, round_ratios=rounds_of.ratios[p],
+                           sessions=rounds_of.sessions[p], round_faults=rounds_of.faults[p],
+                           round_others_cpu_share=rounds_of.others[p])
+                if kind == "c2":
+                    row.update(fraction_of_gemm(rounds_of, p, est, self.flops[key(pa)], self.flops[key(pb)]))
+                else:
+                    row.update(in_memory_states(rounds_of, p, est))
+            rows.append(row)
+        workers = self.workers
+        plain = next((workers[w] for w in workers if self.envs[w] == self.env), next(iter(workers.values()), None))
+        return rows, self.rounds, self.seconds, self.stopped, plain.regime if plain else None
+
+
+def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None,
+        chosen: list[tuple[str, dict]] | None = None):
+    """Every pair of ``kinds`` timed in sessions until narrow or ``budget`` (``Sessions``): its ``result()``."""
+    sessions = Sessions(kinds, grid, device, env, chosen)
+    sessions.rest(budget, progress)
+    return sessions.result()
 
 
 def c2_rounds(rounds_of: PairRounds, kinds: list[str], rounds: int) -> int:
@@ -298,23 +348,35 @@ def check_run_folder(out: str) -> None:
 
 
 def measure(kinds: list[str], grid: str, device: str, budget: float, record: str, progress: bool = True,
-            env: dict | None = None, chosen: list[tuple[str, dict]] | None = None) -> dict:
+            env: dict | None = None, chosen: list[tuple[str, dict]] | None = None,
+            sessions: Sessions | None = None) -> dict:
     """Time every pair of ``kinds`` (of the ``chosen`` cases only, where given: a run's) and write the record (kind
-    ``pairs``) atomically at ``record``, keeping the pairs of other kinds it held at this commit (``kept_pairs``);
-    ``env``: more environment for the worker (``FIXED_ALLOCATOR``; default none: the allocator the grid runs
-    with)."""
-    kept = kept_pairs(record, kinds, grid, device)
+    ``pairs``) atomically at ``record`` (``save``); ``env``: more environment for the worker (``FIXED_ALLOCATOR``;
+    default none: the allocator the grid runs with); ``sessions``: those already begun (``Sessions.one``), whose
+    rest this times."""
     print(f"Timing the pairs of {', '.join(kinds)} on grid {grid!r} ({device}) in mirrored blocks of about "
           f"{BLOCK_S * 1e3:g} ms, until every interval is within ±{PRECISION:.0%} or {budget:g} s", file=sys.stderr)
-    rows, rounds, seconds, stopped, regime = run(kinds, grid, device, budget, progress, env, chosen)
-    rows = kept_states.attach(machine.metadata(), rows, os.path.realpath(record))
-    saved = envelope.save(record, "pairs", commit(), regime=regime, grid=grid, device=device, rounds=rounds,
-                          elapsed_s=seconds, budget_s=budget, precision=PRECISION, block_s=BLOCK_S,
-                          threads=torch.get_num_threads(), worker_env=env or {}, pairs=kept + rows,
-                          stopped=None if stopped is None else (str(stopped) or "interrupted"))
-    if stopped is not None:
-        raise stopped  # after the record of what was measured is saved
+    sessions = sessions or Sessions(kinds, grid, device, env, chosen)
+    sessions.rest(budget, progress)
+    saved = save(sessions, kinds, grid, device, budget, record)
+    if sessions.stopped is not None:
+        raise sessions.stopped  # after the record of what was measured is saved
     return saved
+
+
+def save(sessions: Sessions, kinds: list[str], grid: str, device: str, budget: float, record: str,
+         partial: str | None = None) -> dict:
+    """The record of what ``sessions`` timed so far, written atomically at ``record``, keeping the pairs of other
+    kinds it held at this commit (``kept_pairs``); ``partial``: why more sessions are to come (the main job's,
+    between the grid's rounds), said as the record's ``stopped`` until they are timed."""
+    kept = kept_pairs(record, kinds, grid, device)
+    rows, rounds, seconds, stopped, regime = sessions.result()
+    rows = kept_states.attach(machine.metadata(), rows, os.path.realpath(record))
+    return envelope.save(record, "pairs", commit(), regime=regime, grid=grid, device=device, rounds=rounds,
+                         elapsed_s=seconds, budget_s=budget, precision=PRECISION, block_s=BLOCK_S,
+                         threads=torch.get_num_threads(), worker_env=sessions.env, pairs=kept + rows,
+                         session_started_at=sessions.rounds_of.session_started_at,
+                         stopped=partial if stopped is None else (str(stopped) or "interrupted"))
 
 
 def check(kinds: list[str], grid: str, device: str, out: str | None, record: str | None) -> str:

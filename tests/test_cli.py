@@ -1,5 +1,6 @@
 """The command line: run (measure + report), report from results, compare, csv, and clear errors."""
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -8,7 +9,7 @@ import sys
 
 import pandas as pd
 import pytest
-from run_helpers import measure
+from run_helpers import PLAN, measure
 
 from attention_bench.cli import main
 from benchmarks import cases
@@ -71,6 +72,44 @@ def test_the_main_job_times_each_round_in_a_fresh_process(main_job, tmp_path, fa
     again = runner.Runner(copy, min_run_time=0.01, rounds=3, fresh=True, name="box", grid="quick")  # as the command
     again.round_in_process = lambda *args: started.append(args)
     assert again.run(plan, progress=False)["resumed"] == len(plan) and started == []
+
+
+@pytest.mark.slow
+def test_the_main_jobs_paired_sessions_fall_between_its_rounds(main_job):
+    """A session of the paired ratios after each of the grid's rounds (each started after every record of that round
+    and before any of the next), so that a ratio's sessions are spread over the run as the grid's rounds are; the
+    record keeps when each session started and says no more are to come."""
+    run = main_job[0]
+    saved = json.load(open(os.path.join(run, "pairs-cpu.json")))
+    sessions = [dt.datetime.fromisoformat(t) for t in saved["session_started_at"]]
+    assert len(sessions) >= 3 and saved["stopped"] is None and saved["rounds"] == len(sessions)
+    rounds: dict[int, list] = {}
+    for name in os.listdir(os.path.join(run, "cases")):
+        for i, r in enumerate(json.load(open(os.path.join(run, "cases", name))).get("rounds") or []):
+            rounds.setdefault(i, []).append(dt.datetime.fromisoformat(r["started_at"]))
+    for i in range(3):
+        assert max(rounds[i]) < sessions[i], i
+        if i + 1 in rounds:
+            assert sessions[i] < min(rounds[i + 1]), i
+    ok = [p for p in saved["pairs"] if p["status"] == "ok"]
+    assert ok and all(sorted(set(p["sessions"])) == list(range(len(sessions))) for p in ok)
+
+
+def test_a_runs_between_hook_runs_after_each_planned_round_in_its_own_process(tmp_path):
+    """``Runner.run``'s ``between`` runs once after each planned round's process, never after the extra rounds for
+    cases still unsettled, nor for a run whose rounds share one process."""
+    events = []
+    fresh = runner.Runner(str(tmp_path / "a"), min_run_time=0.01, rounds=3, fresh=True, name="box")
+    fresh.round_in_process = lambda remaining, round_, progress: events.append(f"round {round_}")
+    fresh.pending = lambda area, params, round_: True  # every case unsettled: the extra rounds run too
+    fresh.calibrate = lambda threads, again=False: {}
+    fresh.run(PLAN, progress=False, between=lambda: events.append("between"))
+    planned = ["round 1", "between", "round 2", "between", "round 3", "between"]
+    assert events == planned + [f"round {3 + i}" for i in range(1, runner.EXTRA_ROUNDS + 1)]
+    one = runner.Runner(str(tmp_path / "b"), min_run_time=0.01, rounds=3, fresh=False, name="box")
+    one.calibrate, one._rounds, called = fresh.calibrate, lambda *args, **kwargs: None, []
+    one.run(PLAN, progress=False, between=lambda: called.append(1))
+    assert called == []
 
 
 def test_bad_input_is_a_clear_error_and_exit_code_2(tmp_path, capsys):
@@ -266,3 +305,10 @@ def test_the_main_jobs_last_line_gives_each_stage_its_seconds(monkeypatch):
     for stage in ("grid", "profiles", "pairs", "report"):
         stages.done(stage)
     assert str(stages) == "292 s (grid 200 s, profiles 30 s, pairs 50 s, report 12 s)"
+    # the pairs' sessions between the grid's rounds count as the pairs' time, with their sessions after
+    clock = iter([100.0, 300.0, 330.0, 380.0, 392.0])
+    stages = measuring.Stages()
+    stages.done("grid", {"pairs": 40.0})
+    for stage in ("profiles", "pairs", "report"):
+        stages.done(stage)
+    assert str(stages) == "292 s (grid 160 s, pairs 90 s, profiles 30 s, report 12 s)"

@@ -320,13 +320,58 @@ def test_the_main_jobs_pairs_are_those_of_the_cases_it_was_asked_for(tmp_path, m
     monkeypatch.setattr(pairs, "Worker", OneWorker)
     args = argparse.Namespace(grid="quick", pairs_budget=0.000001, no_progress=True)
     todo = runner.plan("quick", ["models"], ["cpu"], ["seq_len=16"])
-    measuring._time_pairs(args, str(tmp_path), todo)
+    measuring.Paired(args, str(tmp_path), todo).rest()
     saved = json.loads((tmp_path / pairs.RECORD.format(device="cpu")).read_text())
     assert [(p["kind"], p["params"]["seq_len"]) for p in saved["pairs"]] == [("c1", 16)]
     assert len(pairs.pairs_of("c1", "quick", "cpu")) > 1 and pairs.pairs_of("heads", "quick", "cpu")  # left out
     (tmp_path / "attention").mkdir()
-    measuring._time_pairs(args, str(tmp_path / "attention"), runner.plan("quick", ["attention"], ["cpu"]))
+    measuring.Paired(args, str(tmp_path / "attention"), runner.plan("quick", ["attention"], ["cpu"])).rest()
     saved = json.loads((tmp_path / "attention" / pairs.RECORD.format(device="cpu")).read_text())  # and the GEMM
     assert {p["kind"] for p in saved["pairs"]} == {"c2"} and len(saved["pairs"]) == len(pairs.pairs_of(
         "c2", "quick", "cpu"))
 
+
+
+def test_the_main_jobs_sessions_between_rounds_are_saved_as_each_ends_and_a_ctrl_c_keeps_them(tmp_path, monkeypatch):
+    """``measuring.Paired.one`` (a session after a grid round) writes the record as it ends, saying more sessions are
+    to come; a Ctrl-C in the next keeps what was timed and says so; ``rest`` after three times only what the budget
+    and C2 still ask for, and the record then says nothing is to come."""
+    import argparse
+
+    from attention_bench import measuring
+    from benchmarks.core.running import runner
+
+    class Stopped(OneWorker):
+        rounds_left = [None]
+
+        def ask(self, request, timeout=None):
+            if "case" in request and self.rounds_left[0] == 0:
+                raise KeyboardInterrupt
+            return super().ask(request, timeout)
+
+    monkeypatch.setattr(pairs, "Worker", Stopped)
+    args = argparse.Namespace(grid="quick", pairs_budget=0.000001, no_progress=True)
+    todo = runner.plan("quick", ["models"], ["cpu"], ["seq_len=16"])
+    paired = measuring.Paired(args, str(tmp_path / "a"), todo)
+    os.makedirs(tmp_path / "a")
+    for _ in range(2):
+        paired.one()
+    saved = json.loads((tmp_path / "a" / pairs.RECORD.format(device="cpu")).read_text())
+    assert saved["stopped"] == "more sessions after the grid's rounds" and saved["rounds"] == 2
+    assert len(saved["session_started_at"]) == 2 and saved["pairs"][0]["status"] == "ok"
+    assert saved["pairs"][0]["sessions"] == [0, 1] and paired.seconds > 0
+    Stopped.rounds_left[0] = 0
+    with pytest.raises(KeyboardInterrupt):
+        paired.one()
+    saved = json.loads((tmp_path / "a" / pairs.RECORD.format(device="cpu")).read_text())
+    assert saved["stopped"] == "interrupted" and saved["pairs"][0]["sessions"] == [0, 1]
+    # a run whose three sessions came between its rounds: the rest times no fourth (the budget is spent)
+    Stopped.rounds_left[0] = None
+    paired = measuring.Paired(args, str(tmp_path / "b"), todo)
+    os.makedirs(tmp_path / "b")
+    for _ in range(pairs.MIN_ROUNDS):
+        paired.one()
+    paired.rest()
+    saved = json.loads((tmp_path / "b" / pairs.RECORD.format(device="cpu")).read_text())
+    assert saved["stopped"] is None and saved["rounds"] == pairs.MIN_ROUNDS
+    assert len(saved["session_started_at"]) == pairs.MIN_ROUNDS

@@ -198,14 +198,14 @@ def hold(out: str, rank: int, all_agree: Callable[[bool], bool]) -> FolderLock |
     return lock
 
 
-def measure_grid(run: GridRun, progress: bool = True) -> tuple[dict[str, int], dict[str, int]]:
+def measure_grid(run: GridRun, progress: bool = True, between=None) -> tuple[dict[str, int], dict[str, int]]:
     """Measure this rank's share of the grid (rank 0 calibrates first, the others read its peaks), print the
     run summary on stderr and return (this rank's counts, every rank's counts summed). A rank stopped
-    under torchrun ends with one line (``ranks.RankGuard``)."""
+    under torchrun ends with one line (``ranks.RankGuard``). ``between``: as ``Runner.run``'s."""
     ranks = run.ranks
     with ranks.guard(run.out, lambda: run.runner.current):
         ranks.calibrate_first(run.runner, run.todo)
-        counts = run.runner.run(run.share, progress=progress and ranks.rank == 0)
+        counts = run.runner.run(run.share, progress=progress and ranks.rank == 0, between=between)
         print(("" if ranks.world == 1 else f"rank {ranks.rank} of {ranks.world}: ") + run.runner.summary(counts),
               file=sys.stderr)
         total = ranks.total(counts)  # every rank has finished measuring

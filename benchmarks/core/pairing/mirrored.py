@@ -23,6 +23,7 @@ slower / faster / unchanged / inconclusive against a threshold.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import time
 from dataclasses import dataclass
@@ -197,6 +198,7 @@ class MirroredRounds:
         self.skipped: dict[int, str] = {}
         self.settled: set[int] = set()  # pairs timed enough: left out of later rounds (``run``'s ``settled``)
         self.session = -1
+        self.session_started_at: list[str] = []  # when each session's workers started (UTC, ISO 8601)
         self.deadline = math.inf  # when the budget of ``run`` ends (time.monotonic)
         self._last: Worker | None = None  # the worker that timed the last block
 
@@ -206,6 +208,7 @@ class MirroredRounds:
         probe (a warm-up call and one timed call), which sizes each pair's blocks; later with WARM_CALLS calls, or
         one where a block is one call (a slow case: its warm-up is most of a session's start)."""
         self.session += 1
+        self.session_started_at.append(dt.datetime.now(dt.timezone.utc).isoformat())
         needed = self.needed()
         order = needed if self.session % 2 == 0 else needed[::-1]
         self.stop()
@@ -300,13 +303,14 @@ class MirroredRounds:
             worker.stop()
 
     def run(self, done, budget: float, min_rounds: int, max_rounds: int, progress=None, settled=None,
-            fewest: int = FEWEST_ROUNDS) -> int:
+            fewest: int = FEWEST_ROUNDS, first: int = 0) -> int:
         """Rounds until ``done(estimates)`` (asked every other round from ``min_rounds`` on), the ``budget``
         (seconds) is spent (after ``fewest`` rounds at least) or ``max_rounds`` are measured;
         ``progress(rounds, estimates, seconds)`` is told each time the estimates are made. With ``settled``
         (an estimate -> bool), a pair whose estimate it accepts from ``min_rounds`` on is left out of later
-        rounds, so that the budget goes to the pairs still short of it. Returns the rounds measured."""
-        started, r = time.monotonic(), 0
+        rounds, so that the budget goes to the pairs still short of it. ``first``: the rounds already measured
+        (round ``first`` is the next). Returns the rounds measured."""
+        started, r = time.monotonic(), first
         self.deadline = started + budget
         while r < max_rounds:
             self.round(r)

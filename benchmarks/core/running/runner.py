@@ -100,8 +100,7 @@ class Runner:
         self.peaks: dict[str, float] = {}  # the run's GEMM peaks (calibrate), once it has started
         self._built: dict[str, cases.Prepared] = {}  # with several rounds, each CPU case built once (_build)
         self.cases_dir = guards.writable_folder(os.path.join(out, "cases"), "the run folder's cases/ in")
-        self.commit = commit()
-        # a record without a commit is still a measurement: reports label it by its folder and date
+        self.commit = commit()  # without one, a record is still a measurement: labelled by its folder and date
         self.commit_error = None if self.commit else git_head()[1]
         self.name = name or socket.gethostname()  # the machine's label in reports
         self.set_aside: list[str] = []  # unreadable records moved out of the way by this run
@@ -265,8 +264,9 @@ class Runner:
                     torch.cuda.empty_cache()
         return records
 
-    def run(self, todo: list[tuple[str, dict]], progress: bool = True) -> dict[str, int]:
-        """Measure every case not yet recorded; returns how many records of each status were written."""
+    def run(self, todo: list[tuple[str, dict]], progress: bool = True, between=None) -> dict[str, int]:
+        """Measure every case not yet recorded; returns how many records of each status were written. ``between``:
+        called after each planned round's process (the main job times a session of its paired ratios there)."""
         threads = sorted({p["threads"] for a, p in todo if "threads" in p})
         busy = machine.machine_busy()
         if busy:
@@ -276,8 +276,7 @@ class Runner:
         left = [self.rounds_left(a, p) for a, p in todo]  # each record read once here
         remaining = [case for case, n in zip(todo, left, strict=True) if n]
         counts["resumed"] = len(todo) - len(remaining)
-        # progress in timed method-rounds, not cases: each costs at least min_run_time / rounds, so the time
-        # left that tqdm estimates follows the work left
+        # progress in timed method-rounds (each at least min_run_time / rounds): the time left follows the work
         steps = sum(left)
         methods = sum(len(self.methods(a, p)) for a, p in remaining)
         if progress:  # the header counts what the bar counts
@@ -287,8 +286,7 @@ class Runner:
                   f"({methods} methods, at least {self.min_run_time:g} s of timing each{rounds}: at least "
                   f"{methods * self.min_run_time:.0f} s of timing in all, building and controls aside)",
                   file=sys.stderr)
-        # smoothing=0: the rate over the whole run so far, not the last few methods (a run mixes millisecond
-        # and second-long methods, so a moving rate swings the time left several-fold)
+        # smoothing=0: the rate over the whole run, not the last methods' (a moving rate swings the time left)
         bar = tqdm(total=steps, desc="measuring", unit="method" if self.rounds == 1 else "method-round",
                    disable=not progress or self.in_processes, file=sys.stderr, smoothing=0)
         self.written = final = {}  # every record written from here on, however the run ends
@@ -298,6 +296,8 @@ class Runner:
                 bar.close()  # each round's process shows its own
                 for round_ in range(1, self.rounds + 1) if remaining else ():  # none for a whole folder
                     self.round_in_process(remaining, round_, progress)
+                    if between is not None:
+                        between()
                 for round_ in range(self.rounds + 1, self.rounds + EXTRA_ROUNDS + 1):
                     unsettled = [(a, p) for a, p in remaining if self.pending(a, p, round_)]
                     if unsettled:  # more processes where they disagree or may all have drawn the slower state
