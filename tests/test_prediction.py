@@ -255,7 +255,7 @@ def test_the_models_errors_resample_whole_processes_whose_cases_move_together():
     (1, 1.2 and 1.5 times the truth, which the model predicts exactly), every case of a draw is off by the same
     factor, so its median error is its 90th percentile, and only the medians of three such speeds occur. Where each
     of a run's processes shifts all of its cases at once, beside each case's own noise, the interval holds a rerun's
-    figure about as often as it says."""
+    figure about as often as it says (at Z instead of Student's t at 2 degrees of freedom: 89%)."""
     truth = np.exp(np.random.default_rng(5).normal(-4, 1, 60))
     run = pd.DataFrame({"measured": truth * 1.2, "predicted": truth,
                         "process_times": [(t, 1.2 * t, 1.5 * t) for t in truth]})
@@ -272,7 +272,7 @@ def test_the_models_errors_resample_whole_processes_whose_cases_move_together():
         draws, k = prediction.error_draws(run)
         low, high = rerun.from_draws(figure(run), draws[:, 0], k)
         inside.append(low <= figure(rerun_) <= high)
-    assert np.mean(inside) >= 0.85
+    assert np.mean(inside) >= 0.93
 
 
 def test_timed_cases_at_a_thread_count_without_constants_are_named_as_not_predicted(run):

@@ -132,6 +132,10 @@ def test_an_interval_from_draws_is_their_log_spread_at_z_times_sqrt_2():
     low, high = rerun.from_draws(0.07, draws)
     assert math.log(high / 0.07) == pytest.approx(rerun.Z * 0.1 * math.sqrt(2), rel=0.02)
     assert low * high == pytest.approx(0.07**2)
+    # drawn over 3 clusters (processes) resampled: the spread scaled back by sqrt(3/2), at t with 2 dof
+    low, high = rerun.from_draws(0.07, draws, clusters=3)
+    assert math.log(high / 0.07) == pytest.approx(
+        rerun.t_quantile(0.975, 2) * 0.1 * math.sqrt(3 / 2) * math.sqrt(2), rel=0.02)
 
 
 @pytest.mark.parametrize("n, p", [(12, 0.9), (12, 0.5), (30, 0.97)])

