@@ -242,14 +242,6 @@ class Sessions:
         return rows, self.rounds, self.seconds, self.stopped, plain.regime if plain else None
 
 
-def run(kinds: list[str], grid: str, device: str, budget: float, progress: bool, env: dict | None = None,
-        chosen: list[tuple[str, dict]] | None = None):
-    """Every pair of ``kinds`` timed in sessions until narrow or ``budget`` (``Sessions``): its ``result()``."""
-    sessions = Sessions(kinds, grid, device, env, chosen)
-    sessions.rest(budget, progress)
-    return sessions.result()
-
-
 def c2_rounds(rounds_of: PairRounds, kinds: list[str], rounds: int) -> int:
     """Rounds after ``rounds`` for C2's pairs alone (the others settled), up to C2_ROUNDS; the rounds measured."""
     c2 = {p for p, kind in enumerate(kinds) if kind == "c2" and p not in rounds_of.skipped}

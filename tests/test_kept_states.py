@@ -29,7 +29,7 @@ CASES = {"a_case": "multihead/forward/h1", "b_case": "multihead/forward/h64"}
 
 
 def heads_row(per_session: list[tuple[list[float], float]]) -> dict:
-    """A heads pair's row as ``pairs.run`` makes it from sessions of (ratios, 64 heads' faults a call)."""
+    """A heads pair's row as ``pairs.Sessions`` makes it from sessions of (ratios, 64 heads' faults a call)."""
     split = HeadsSessions(per_session)
     est = split.estimates()[0]
     return {"kind": "heads", "params": {"strategy": "batched", "out_proj": True, "device": "cpu"}, **CASES,

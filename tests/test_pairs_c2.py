@@ -54,7 +54,7 @@ def test_the_worker_says_the_page_faults_per_call_of_a_block():
 
 
 class Sessions(sessions.PairRounds):
-    """A c2 pair's rounds as ``pairs.run`` leaves them: each session's ratios (GEMM time over attention time) and
+    """A c2 pair's rounds as ``pairs.Sessions`` leaves them: each session's ratios (GEMM time over attention time) and
     side a's page faults per call."""
 
     def __init__(self, per_session: list[tuple[list[float], float]]):

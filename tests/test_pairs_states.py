@@ -15,7 +15,7 @@ from reports import measured
 
 
 class HeadsSessions(sessions.PairRounds):
-    """A heads pair's rounds as ``pairs.run`` leaves them: each session's ratios (64 heads' time over one head's)
+    """A heads pair's rounds as ``pairs.Sessions`` leaves them: each session's ratios (64 heads' time over one head's)
     and side b's (64 heads') page faults per call."""
 
     def __init__(self, per_session: list[tuple[list[float], float]]):
