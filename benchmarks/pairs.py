@@ -223,8 +223,9 @@ class Sessions:
                    "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": self.envs[kind]}
             if est is None:
                 row.update(status="skipped", reason=rounds_of.skipped[p])
-            elif len(rounds_of.ratios[p]) < 2:
-                row.update(status="skipped", reason="stopped before two rounds were measured")
+            elif len(rounds_of.ratios[p]) < 2:  # what was timed stays, without an interval
+                row.update(status="skipped", reason="stopped before two rounds were measured",
+                           round_ratios=rounds_of.ratios[p], sessions=rounds_of.sessions[p])
             else:
                 times = rounds_of.times[p]
                 row.update(status="ok", a_s=sorted(times["a"])[len(times["a"]) // 2],

@@ -365,6 +365,16 @@ def test_the_main_jobs_sessions_between_rounds_are_saved_as_each_ends_and_a_ctrl
         paired.one()
     saved = json.loads((tmp_path / "a" / pairs.RECORD.format(device="cpu")).read_text())
     assert saved["stopped"] == "interrupted" and saved["pairs"][0]["sessions"] == [0, 1]
+    # stopped in the second session: the first one's ratios stay in the record, without an interval
+    paired = measuring.Paired(args, str(tmp_path / "c"), todo)
+    os.makedirs(tmp_path / "c")
+    Stopped.rounds_left[0] = None
+    paired.one()
+    Stopped.rounds_left[0] = 0
+    with pytest.raises(KeyboardInterrupt):
+        paired.one()
+    row = json.loads((tmp_path / "c" / pairs.RECORD.format(device="cpu")).read_text())["pairs"][0]
+    assert row["status"] == "skipped" and row["sessions"] == [0] and row["round_ratios"] == [pytest.approx(2.0)]
     # a run whose three sessions came between its rounds: the rest times no fourth (the budget is spent)
     Stopped.rounds_left[0] = None
     paired = measuring.Paired(args, str(tmp_path / "b"), todo)
