@@ -147,7 +147,7 @@ class Paired:
         self.seconds += time.monotonic() - started
 
     def rest(self) -> None:
-        for device, (kinds, record, sessions) in self.sessions.items():
+        for device, (kinds, record, sessions) in list(self.sessions.items()):
             try:
                 pairs.measure(kinds, self.grid, device, self.budget, record, self.progress, sessions=sessions)
             except (pairs.WorkerDied, ValueError) as error:

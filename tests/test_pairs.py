@@ -385,3 +385,34 @@ def test_the_main_jobs_sessions_between_rounds_are_saved_as_each_ends_and_a_ctrl
     saved = json.loads((tmp_path / "b" / pairs.RECORD.format(device="cpu")).read_text())
     assert saved["stopped"] is None and saved["rounds"] == pairs.MIN_ROUNDS
     assert len(saved["session_started_at"]) == pairs.MIN_ROUNDS
+
+
+def test_a_worker_that_dies_in_the_main_jobs_sessions_is_said_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    """A worker that dies, in a session between the grid's rounds or after them, stops that device's pairs with a
+    warning; the main job goes on (no exception), and no later session starts."""
+    import argparse
+
+    from attention_bench import measuring
+    from benchmarks.core.pairing.workers import WorkerDied
+    from benchmarks.core.running import runner
+
+    class Dies(OneWorker):
+        def ask(self, request, timeout=None):
+            if "case" in request:
+                raise WorkerDied("cases: ended (exit code -9)")
+            return super().ask(request, timeout)
+
+    monkeypatch.setattr(pairs, "Worker", Dies)
+    args = argparse.Namespace(grid="quick", pairs_budget=1.0, no_progress=True)
+    todo = runner.plan("quick", ["models"], ["cpu"], ["seq_len=16"])
+    for between in (True, False):
+        out = tmp_path / str(between)
+        out.mkdir()
+        paired = measuring.Paired(args, str(out), todo)
+        if between:
+            paired.one()
+            paired.one()  # nothing left to time: no session starts
+        paired.rest()
+        err = capsys.readouterr().err
+        assert err.count("warning: the paired ratios on cpu stopped: cases: ended (exit code -9)") == 1, err
+        assert err.count("Timing session") == (1 if between else 0) and paired.sessions == {}
