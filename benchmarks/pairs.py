@@ -4,36 +4,32 @@
     attention-bench pairs --kind c1 --budget 300 --record results/pairs/vm.json
     attention-bench pairs --out results/runs/<machine>-default   into a run folder, for its report
 
-A verdict's ratio taken from two separate timings (the Transformer's at one moment, the RNN's at another)
-moves with the machine's speed between them: on a shared 2-core VM the same five-round command gave the
-C1 ratio as 0.95x one day and 0.72x the next. Here the two cases of each ratio run in one worker process,
-alternated in mirrored blocks (a b b a, then b a a b) over rounds, with workers started afresh every
-round (``benchmarks.core.pairing.mirrored.MirroredRounds``, as the regression gate), and each ratio gets the 95%
-interval where a rerun's ratio lands (``PairRounds``: from its sessions' means, their spread moderated by
-the other pairs'). The pairs:
+A verdict's ratio taken from two separate timings moves with the machine's speed between them (on a shared
+2-core VM one five-round command gave C1 as 0.95x one day and 0.72x the next). Here the two cases of each ratio
+alternate in mirrored blocks (a b b a, then b a a b) over rounds, each side in a worker process of its own
+(``SEPARATE``; C2's two in one), the workers started afresh every round (``mirrored.MirroredRounds``, as the
+gate's), and each ratio gets the 95% interval where a rerun's lands (``PairRounds``: from its sessions' means,
+their spread moderated by the other pairs'). The pairs:
 
     c1      per model size and sequence length, the teacher-forced forward pass: RNN time over Transformer
             time (the Transformer's speed-up; below 1, the RNN is faster)
-    heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs (the cost of many
-            small heads)
+    heads   per strategy, 64 heads of d_model/64 over 1 head of d_model, at equal FLOPs
     c2      per backend, equation (1) at n = C2_SEQ_LENS against the calibration's largest GEMM: the GEMM's time
             over attention's, times attention's matmul FLOPs over the GEMM's, is the fraction of the GEMM's rate
-            that attention reaches in the same moments (claim C2's figure, which a peak calibrated minutes
-            away from the cases moves with the host's speed), in a worker of its own with glibc's allocator
-            fixed (``KIND_ENV``); where the sessions still ran attention in the two memory states
-            (``measure.memory_states``, from each block's page faults), the fraction is the faster state's,
-            and both are kept
+            that attention reaches in the same moments (C2's figure, which a peak calibrated minutes away moves
+            with the host's speed), in a worker of its own with glibc's allocator fixed (``KIND_ENV``); where the
+            sessions still ran attention in two memory states (``measure.memory_states``, from each block's page
+            faults), the fraction is the faster state's, and both are kept
 
 Where a side of a c1 or heads pair ran in two memory states across the sessions, its ratio is over the sessions
 of the state more of them drew, both states are kept, and its interval holds both (``in_memory_states``); the
 machine keeps them (``kept_states``), so that a later run whose sessions all drew one of them states its interval
 over both as well.
 
-Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders.
-Rounds go on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds
-(each in a fresh worker: a ratio is over three processes at least, whatever the budget), and C2's pairs take
-C2_ROUNDS at least, in fresh workers of their own kind. Ctrl-C (exit code 130)
-or a worker that dies or stops answering (2) still saves the ratios measured so far.
+Prints one row per pair and saves a record (kind ``pairs``) that ``attention-bench measured`` renders. Rounds go
+on until every interval is narrower than ±PRECISION or the budget is spent, after MIN_ROUNDS rounds (each in fresh
+workers: a ratio is over three processes at least), and C2's take C2_ROUNDS at least. Ctrl-C (exit code 130) or a
+worker that dies or stops answering (2) still saves the ratios measured so far.
 """
 
 from __future__ import annotations
@@ -84,6 +80,11 @@ KINDS = {
 #: with what else the process allocated (12 or 26 ms at n = 128 on the VM: 0 or 8,000-12,000 faults a call),
 #: and the grid's curves show that cost with both states
 KIND_ENV = {"c2": FIXED_ALLOCATOR}
+#: kinds whose two sides each run in a worker process of their own, alternated in mirrored blocks all the same: a
+#: user runs one model (one head count) per process, and one process that runs both draws memory states that
+#: neither draws alone (glibc's heap is the process's: one side's frees decide whether the other's buffers come
+#: from fresh pages). C2's pairs stay in one worker: a kernel against the GEMM beside it, with the allocator fixed
+SEPARATE = ("c1", "heads")
 #: calls a warm-up may add while a call still faults pages in, in a worker with glibc's allocator fixed (``KIND_ENV``'s,
 #: or every worker with --fixed-allocator): then the heap grows over a case's first calls (the math backend at
 #: n = 1024 faulted 20 MB a call in the blocks of two sessions of three after the two calls that warm it), then stays
@@ -146,23 +147,32 @@ class Sessions:
         self.listed = [(kind, pair) for kind in kinds for pair in pairs_of(kind, grid, device) if within(pair, keys)]
         self.env = env or {}
         self.envs = {kind: {**self.env, **KIND_ENV.get(kind, {})} for kind in kinds}
-        self.workers: dict[str, Worker] = {}  # one per set of settings, labelled after the first kind that runs in it
-        worker_of: dict[str, str] = {}
-        for kind in dict.fromkeys(kind for kind, _ in self.listed):
-            worker_of[kind] = next((w for w in self.workers if self.envs[w] == self.envs[kind]), kind)
-            if worker_of[kind] not in self.workers:
-                fixed = FIXED_ALLOCATOR.items() <= self.envs[kind].items()
-                self.workers[kind] = Worker(kind, ROOT, ROOT, self.envs[kind], settle=SETTLE_CALLS if fixed else 0)
-        todo = {w: list({key(c): c for kind, pair in self.listed if worker_of[kind] == w for c in pair}.values())
-                for w in self.workers}
+        self.workers: dict[str, Worker] = {}  # by label (``_worker``)
+        self.worker_env: dict[str, dict] = {}  # each worker's settings, by label
+        worker_of = {(kind, side): self._worker(kind, side) for kind in dict.fromkeys(k for k, _ in self.listed)
+                     for side in (0, 1)}
+        todo = {w: list({key(c): c for kind, pair in self.listed for side, c in enumerate(pair)
+                         if worker_of[kind, side] == w}.values()) for w in self.workers}
         index = {w: {key(c): i for i, c in enumerate(cs)} for w, cs in todo.items()}
         self.flops = {key(c): matmul_flops(c) for kind, pair in self.listed if kind == "c2" for c in pair}
-        sides = [tuple(Side(self.workers[worker_of[kind]], index[worker_of[kind]][key(c)]) for c in pair)
-                 for kind, pair in self.listed]
+        sides = [tuple(Side(self.workers[worker_of[kind, side]], index[worker_of[kind, side]][key(c)])
+                       for side, c in enumerate(pair)) for kind, pair in self.listed]
         self.rounds_of = PairRounds(list(self.workers.values()), todo, sides, BLOCK_S, handover_s=HANDOVER_S,
                                     session_rounds=SESSION_ROUNDS)
         self.rounds_of.kinds = [kind for kind, _ in self.listed]
         self.rounds, self.seconds, self.stopped = 0, 0.0, None
+
+    def _worker(self, kind: str, side: int) -> str:
+        """The label of the worker that runs side ``side`` (0: a, 1: b) of ``kind``'s pairs, made here where new: a
+        SEPARATE kind's side has its own ("c1 rnn-width"); the other kinds share one per set of settings, labelled
+        after the first kind that runs in it."""
+        env = self.envs[kind]
+        label = f"{kind} {KINDS[kind][3 + side]}" if kind in SEPARATE else next(
+            (w for w, e in self.worker_env.items() if w in KINDS and e == env), kind)
+        if label not in self.workers:
+            self.worker_env[label], fixed = env, FIXED_ALLOCATOR.items() <= env.items()
+            self.workers[label] = Worker(label, ROOT, ROOT, env, settle=SETTLE_CALLS if fixed else 0)
+        return label
 
     def one(self) -> None:
         """One session (SESSION_ROUNDS rounds) in fresh workers, stopped after it; a KeyboardInterrupt or WorkerDied
@@ -220,7 +230,8 @@ class Sessions:
             area, method, axis, a, b, meaning = KINDS[kind]
             same = {k: v for k, v in pa[1].items() if k != axis}  # c2: every axis of the attention case
             row = {"kind": kind, "meaning": meaning, "area": area, "method": method, "axis": axis, "a": a, "b": b,
-                   "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": self.envs[kind]}
+                   "params": same, "a_case": key(pa), "b_case": key(pb), "worker_env": self.envs[kind],
+                   "separate_workers": kind in SEPARATE}
             if est is None:
                 row.update(status="skipped", reason=rounds_of.skipped[p])
             elif len(rounds_of.ratios[p]) < 2:  # what was timed stays, without an interval
@@ -239,8 +250,8 @@ class Sessions:
                     row.update(in_memory_states(rounds_of, p, est))
             rows.append(row)
         workers = self.workers
-        plain = next((workers[w] for w in workers if self.envs[w] == self.env), next(iter(workers.values()), None))
-        return rows, self.rounds, self.seconds, self.stopped, plain.regime if plain else None
+        plain = [workers[w] for w in workers if self.worker_env[w] == self.env] or list(workers.values())
+        return rows, self.rounds, self.seconds, self.stopped, plain[0].regime if plain else None
 
 
 def c2_rounds(rounds_of: PairRounds, kinds: list[str], rounds: int) -> int:

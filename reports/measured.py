@@ -209,10 +209,19 @@ def _gate(record: dict, name: str, only: list[str] | None, link: str) -> list[st
     return lines
 
 
+def _sides_in(record: dict) -> str:
+    """Where a pairs record's sides ran: ' in one process', or ', each side in a process of its own' (and which
+    kinds ran both in one)."""
+    together = list(dict.fromkeys(p["kind"] for p in record["pairs"] if not p.get("separate_workers")))
+    if len(together) == len(dict.fromkeys(p["kind"] for p in record["pairs"])):
+        return " in one process"
+    return ", each side in a process of its own" + (f" ({', '.join(together)}: both in one)" if together else "")
+
+
 def _pairs(record: dict, name: str, only: list[str] | None, link: str) -> list[str]:
     lines = [f"From the saved run [`{name}`]({link}) ({envelope.when(record)[:16]}, commit "
              f"{short_commit(record.get('commit'))}; {machine_line(record['machine'])}, {record['threads']} threads; "
-             f"`attention-bench pairs`): both cases of each ratio timed in mirrored blocks in one process"
+             f"`attention-bench pairs`): both cases of each ratio timed in mirrored blocks{_sides_in(record)}"
              + (f" (run with {', '.join(f'{k}={v}' for k, v in sorted(record['worker_env'].items()))})"
                 if record.get("worker_env") else "")
              + f", {record['rounds']} rounds over fresh processes every few rounds, {record['elapsed_s']:.0f} s:",

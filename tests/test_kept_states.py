@@ -108,6 +108,9 @@ def test_another_pair_or_machine_old_runs_and_a_run_kept_again_add_nothing():
     kept_states.attach(facts, [heads_row(BOTH)], "run1")
     other_pair = {**heads_row(AFRESH), "b_case": "multihead/forward/h32"}
     assert "earlier_states" not in kept_states.attach(facts, [other_pair], "run2")[0]
+    apart = {**heads_row(AFRESH), "separate_workers": True}  # its sides each in a process of their own: other states
+    assert "earlier_states" not in kept_states.attach(facts, [apart], "run2b")[0]
+    assert "earlier_states" in kept_states.attach(facts, [heads_row(AFRESH)], "run2c")[0]  # as the first run was
     elsewhere = {**facts, "hostname": facts["hostname"] + "-other"}
     assert "earlier_states" not in kept_states.attach(elsewhere, [heads_row(AFRESH)], "run3")[0]
     c2 = {**heads_row(AFRESH), "kind": "c2"}  # C2's figure is the faster state's by design

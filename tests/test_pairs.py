@@ -41,7 +41,9 @@ def test_heads_pairs_one_head_with_64_per_strategy_with_the_output_projection():
 
 
 class OneWorker(StandInWorker):
-    """Stands in for a worker process holding every case: logs which case each block times."""
+    """Stands in for a worker process: logs which case each block times. A call takes 2 ms, but 4 ms for a pair's
+    b side: the worker's own side where it is one ("c1 rnn-width": ``pairs.SEPARATE``), else every case after the
+    first it holds."""
 
     regime, settle = {"threads": 1, "env": {}}, 0
 
@@ -54,7 +56,9 @@ class OneWorker(StandInWorker):
     def ask(self, request, timeout=None):
         if "case" in request:
             self.blocks.append(request["case"])
-        return {"seconds": 0.002 if case_of(request) == 0 else 0.004}
+        kind, _, side = self.label.partition(" ")
+        b = side == str(pairs.KINDS[kind][4]) if side else case_of(request) != 0
+        return {"seconds": 0.004 if b else 0.002}
 
 
 def test_two_cases_in_one_worker_alternate_mirrored_and_give_the_ratio_of_their_times():
@@ -108,8 +112,26 @@ def test_the_command_times_the_pairs_and_saves_a_record_the_docs_render(tmp_path
         assert len(p["round_ratios"]) == p["rounds"] and p["a_s"] > 0 and p["b_s"] > 0
         assert len(p["round_others_cpu_share"]) == p["rounds"]  # each round's share of the cores others used
         assert all(0 <= s <= 1 for s in p["round_others_cpu_share"])
+    assert all(p["separate_workers"] for p in saved["pairs"])  # C1's two models each in a worker of its own
     block = measured.markdown(saved, str(record))
     assert block.count("| Transformer speed-up") == len(saved["pairs"])
+    assert "in mirrored blocks, each side in a process of its own, " in block
+
+
+def test_the_page_and_the_docs_say_where_each_ratios_two_sides_ran():
+    from reports.analyses import paired
+
+    c1 = pair("c1", {"preset": "tiny", "seq_len": 64, "batch": 8, "device": "cpu"}, 3.8, 3.6, 4.1)
+    heads = pair("heads", {"strategy": "batched", "out_proj": True, "device": "cpu"}, 2.2, 2.1, 2.3)
+    apart = [{**c1, "separate_workers": True}, {**heads, "separate_workers": True}]
+    said = {"apart": "each side in a process of its own (as a user runs one model), over",
+            "mixed": "each side in a process of its own (c1: as a user runs one model; heads: both in one), over",
+            "together": "mirrored blocks, both in one process, over"}
+    for name, rows in {"apart": apart, "mixed": [apart[0], heads], "together": [c1, heads]}.items():
+        assert said[name] in paired.analyse([record(rows)]).verdict
+    assert measured._sides_in(record(apart)) == ", each side in a process of its own"
+    assert measured._sides_in(record([apart[0], heads])) == ", each side in a process of its own (heads: both in one)"
+    assert measured._sides_in(record([c1, heads])) == " in one process"
 
 
 def test_bad_input_is_a_clear_error(tmp_path, capsys):
@@ -164,8 +186,8 @@ def test_ctrl_c_keeps_the_ratios_measured_so_far_in_the_record_exit_130(tmp_path
             super().__init__(*args)
 
         def ask(self, request, timeout=None):
-            if "case" in request and len(self.blocks) >= 4 * 2 * len(pairs.pairs_of("c1", "quick", "cpu")):
-                raise KeyboardInterrupt  # at the third round (4 blocks per pair a round)
+            if "case" in request and len(self.blocks) >= 2 * 2 * len(pairs.pairs_of("c1", "quick", "cpu")):
+                raise KeyboardInterrupt  # at the third round (2 blocks per pair a round in each side's worker)
             return super().ask(request, timeout)
 
     monkeypatch.setattr(pairs, "Worker", Interrupted)
@@ -281,7 +303,8 @@ def test_the_pairs_time_three_sessions_whatever_the_budget(tmp_path, monkeypatch
     assert attention_bench(["pairs", "--grid", "quick", "--kind", "c1", "--record", str(record), "--device", "cpu",
                             "--budget", "0.000001", "--no-progress"]) == 0
     saved = json.loads(record.read_text())
-    assert saved["rounds"] == pairs.MIN_ROUNDS == 3 and Counted.started == 3  # not the two a spent gate stops at
+    # three sessions (not the two a spent gate stops at), each starting both sides' workers
+    assert saved["rounds"] == pairs.MIN_ROUNDS == 3 and Counted.started == 2 * 3
     assert all(p["rounds"] == 3 and p["low"] <= p["ratio"] <= p["high"] for p in saved["pairs"])
 
 
@@ -303,8 +326,9 @@ def test_c2s_pairs_take_more_sessions_the_later_ones_starting_c2s_worker_alone(t
     saved = json.loads(record.read_text())
     assert {p["kind"]: p["rounds"] for p in saved["pairs"]} == {"c1": pairs.MIN_ROUNDS, "c2": pairs.C2_ROUNDS}
     assert pairs.C2_ROUNDS > pairs.MIN_ROUNDS and saved["rounds"] == pairs.C2_ROUNDS
-    # three sessions of both workers, the one started first alternating; then C2's worker alone
-    assert Counted.starts == ["c1", "c2", "c2", "c1", "c1", "c2"] + ["c2"] * (pairs.C2_ROUNDS - pairs.MIN_ROUNDS)
+    # three sessions of every worker (c1's two sides each their own), the order alternating; then C2's worker alone
+    c1 = ["c1 transformer", "c1 rnn-width"]
+    assert Counted.starts == [*c1, "c2", "c2", *c1[::-1], *c1, "c2"] + ["c2"] * (pairs.C2_ROUNDS - pairs.MIN_ROUNDS)
     c2 = [p for p in saved["pairs"] if p["kind"] == "c2"]
     assert all(p["fraction_low"] <= p["fraction"] <= p["fraction_high"] and len(set(p["sessions"])) == pairs.C2_ROUNDS
                for p in c2)

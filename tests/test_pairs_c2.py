@@ -194,7 +194,7 @@ def test_a_faster_state_of_one_session_gets_the_interval_of_the_runs_typical_var
     assert 0 < got["fraction_low"] < 0.5 < got["fraction_high"] < 10  # not the (0, inf) of one round's bootstrap
 
 
-def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_others_in_the_plain_regime(
+def test_c2s_pairs_run_in_one_worker_with_the_allocator_fixed_c1s_sides_each_in_a_plain_worker_of_its_own(
         tmp_path, monkeypatch):
     made = {}
 
@@ -206,6 +206,7 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
 
         def start(self, todo):
             self.areas = {area for area, _, _ in todo}
+            self.models = {params.get("model") for _, params, _ in todo}
             return [None] * len(todo)
 
         def ask(self, request, timeout=None):
@@ -218,18 +219,20 @@ def test_c2s_pairs_run_in_a_worker_of_their_own_with_the_allocator_fixed_the_oth
     args = ["pairs", "--grid", "quick", "--kind", "c1", "--kind", "c2", "--record", str(record), "--device", "cpu",
             "--budget", "0.000001", "--no-progress"]
     assert attention_bench(args) == 0
-    assert made["c1"].env == {} and made["c1"].areas == {"models"}
+    c1 = [made["c1 transformer"], made["c1 rnn-width"]]  # each side of C1 in a worker of its own: its model alone
+    assert [(w.env, w.areas, w.models) for w in c1] == [({}, {"models"}, {m}) for m in ("transformer", "rnn-width")]
     assert made["c2"].env == mirrored.FIXED_ALLOCATOR and made["c2"].areas == {"attention", "gemm"}
-    assert set(made["c1"].warmed) == {None} and set(made["c2"].warmed) == {pairs.SETTLE_CALLS}  # its heap grown
+    assert {s for w in c1 for s in w.warmed} == {None} and set(made["c2"].warmed) == {pairs.SETTLE_CALLS}  # grown
     saved = json.loads(record.read_text())
     assert saved["regime"] == {"threads": 1, "env": {}} and saved["worker_env"] == {}  # the plain worker's
     assert {p["kind"]: p["worker_env"] for p in saved["pairs"]} == {"c1": {}, "c2": mirrored.FIXED_ALLOCATOR}
+    assert {p["kind"]: p["separate_workers"] for p in saved["pairs"]} == {"c1": True, "c2": False}
     said = analyse([saved]).conditions
     assert f"the c2 pairs' worker with glibc's allocator fixed (MALLOC_MMAP_THRESHOLD_={2**32}" in said
-    made.clear()  # with --fixed-allocator every kind runs with it: one worker
+    made.clear()  # with --fixed-allocator every kind runs with it, C1's sides still apart
     assert attention_bench([*args, "--fixed-allocator"]) == 0
-    assert list(made) == ["c1"] and made["c1"].env == mirrored.FIXED_ALLOCATOR
-    assert set(made["c1"].warmed) == {pairs.SETTLE_CALLS}  # the allocator fixed: its heap grown too
+    assert list(made) == ["c1 transformer", "c1 rnn-width", "c2"]
+    assert all(w.env == mirrored.FIXED_ALLOCATOR and set(w.warmed) == {pairs.SETTLE_CALLS} for w in made.values())
 
 
 def test_c2s_row_names_the_allocator_its_pairs_ran_with_in_its_conditions_and_gives_the_grids_figure_beside():

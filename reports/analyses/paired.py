@@ -1,4 +1,4 @@
-"""C1, C2 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks in one process.
+"""C1, C2 and C3 from ratios timed paired: both cases of each ratio in mirrored blocks, at the same moments.
 
 A ratio of two separate timings moves with the machine's speed between them; ``benchmarks.pairs`` times
 the Transformer and the RNN (1 against 64 heads; equation (1) against the GEMM) in the same moments, with the 95%
@@ -46,9 +46,22 @@ def table(records: list[dict]) -> pd.DataFrame:
              "states": _states(p),
              "settings": _settings(p.get("worker_env"), r.get("worker_env")),
              "a": p.get("a"), "b": p.get("b"), "busy_rounds": _busy_rounds(p.get("round_others_cpu_share")),
+             "separate": bool(p.get("separate_workers")),
              **{f"faults_{side}": _median_faults(p.get("round_faults"), side) for side in ("a", "b")}}
             for r in records for p in r["pairs"] if p.get("status") == "ok"]
     return pd.DataFrame(rows)
+
+
+def _where(t: pd.DataFrame) -> str:
+    """Where a ratio's two sides ran: 'each side in a process of its own (c1, heads; c2 both in one)'."""
+    apart = list(dict.fromkeys(t.kind[t.separate]))
+    together = list(dict.fromkeys(t.kind[~t.separate]))
+    if not apart:
+        return "both in one process"
+    if not together:
+        return "each side in a process of its own (as a user runs one model)"
+    return (f"each side in a process of its own ({', '.join(apart)}: as a user runs one model; "
+            f"{', '.join(together)}: both in one)")
 
 
 def _median_faults(rounds: list[dict] | None, side: str) -> float:
@@ -186,7 +199,7 @@ def analyse(records: list[dict]) -> Analysis:
         for r in heads.itertuples():
             a.numbers[f"heads_{r.strategy}_{r.device}"] = r.ratio
     low, high = int(t.rounds.min()), int(t.rounds.max())
-    a.verdict = ". ".join(parts) + (". Each ratio's two cases ran in mirrored blocks in one process over "
+    a.verdict = ". ".join(parts) + (f". Each ratio's two cases ran in mirrored blocks, {_where(t)}, over "
                                     f"{low if low == high else f'{low}-{high}'} rounds in fresh processes; its "
                                     "interval is where a "
                                     "rerun's ratio lands (95%), from the spread between the processes"

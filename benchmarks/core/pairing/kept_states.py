@@ -35,8 +35,9 @@ TAIL = 0.025
 
 
 def pair_key(row: dict) -> str:
-    """A pair as the kept states name it: its two cases."""
-    return f"{row['a_case']} | {row['b_case']}"
+    """A pair as the kept states name it: its two cases, and whether its sides ran in workers of their own
+    (``pairs.SEPARATE``): a process that runs both sides draws other states."""
+    return f"{row['a_case']} | {row['b_case']}" + (" | separate workers" if row.get("separate_workers") else "")
 
 
 def sessions_of(row: dict) -> list[dict]:
