@@ -110,6 +110,19 @@ def test_threads_speedup_and_efficiency():
     assert a.numbers["efficiency_attention_p4"] == pytest.approx(1.0)
     assert a.numbers["efficiency_rnn-width_p4"] == pytest.approx(0.25)
     assert "attention scales best, rnn-width worst" in a.verdict
+    # speed-ups whose intervals do not set them apart are named alike (rerun.apart), not ranked by their values
+    a.numbers = {f"speedup_{w}_p2": v for w, v in (("attention", 1.81), ("multihead", 1.90), ("rnn-width", 0.92),
+                                                      ("transformer", 1.22))}
+    a.intervals = {f"speedup_{w}_p2": (lo, hi) for w, lo, hi in (("attention", 1.63, 2.01), ("multihead", 1.70, 2.12),
+                                                                ("rnn-width", 0.82, 1.03), ("transformer", 1.10, 1.36))}
+    workloads = ["attention", "multihead", "rnn-width", "transformer"]
+    assert c1_threads.ranked(a, 2, workloads) == ("multihead and attention scale best (alike within their "
+                                                   "intervals), rnn-width worst")
+    a.intervals["speedup_rnn-width_p2"] = (0.5, 1.7)
+    assert c1_threads.ranked(a, 2, workloads).endswith("rnn-width and transformer worst (alike within their "
+                                                       "intervals)")
+    a.intervals = {k: (v / 3, v * 3) for k, v in a.numbers.items()}
+    assert c1_threads.ranked(a, 2, workloads) == "No workload scales apart from the others within their intervals"
     one = c1_threads.analyse(table(rows("threads", "time", {(("workload", "attention"), ("threads", 1)): 1.0})))
     assert one.missing and "at least two thread counts" in one.verdict
 

@@ -282,3 +282,22 @@ def test_timed_cases_at_a_thread_count_without_constants_are_named_as_not_predic
     other = int(timed.threads.iloc[0]) + 1  # a strong-scaling case at a count the run measured no constants at
     a = prediction.analyse(pd.concat([t, timed.assign(threads=other)], ignore_index=True))
     assert f"Not predicted: 1 timed case at {other} threads" in a.verdict and a.numbers["cases"] == TIMED
+
+
+def test_the_goal_is_met_or_not_only_where_the_errors_intervals_say_so():
+    from reports.analyses.base import Analysis
+
+    def said(median, p90):
+        a = Analysis("prediction", "", "model", "", numbers={"median_error": median[0], "p90_error": p90[0]})
+        a.intervals = {k: v[1:] for k, v in (("median_error", median), ("p90_error", p90)) if len(v) > 1}
+        return prediction.against_goal(a)
+
+    goal_m, goal_p = prediction.TARGET_MEDIAN, prediction.TARGET_P90
+    assert said((goal_m - 0.03, goal_m - 0.05, goal_m - 0.01), (goal_p - 0.1, goal_p - 0.2, goal_p)) == "met"
+    assert said((goal_m + 0.03, goal_m + 0.01, goal_m + 0.05), (goal_p - 0.1,)) == "not met"
+    assert said((goal_m - 0.03, goal_m - 0.05, goal_m - 0.01), (goal_p + 0.1, goal_p + 0.05, goal_p + 0.2)) == "not met"
+    # a figure on the right side of the goal whose interval holds it: a rerun may read the other side
+    got = said((goal_m - 0.001, goal_m - 0.01, goal_m + 0.01), (goal_p - 0.1, goal_p - 0.2, goal_p - 0.05))
+    assert got == "undecided: the median's interval (14%-16%) holds 15%: a rerun may read either side"
+    assert said((goal_m + 0.001, goal_m - 0.01, goal_m + 0.01), (goal_p - 0.1,)).startswith("undecided")
+    assert said((goal_m - 0.01,), (goal_p + 0.01,)) == "not met"  # no intervals: the figures themselves

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from benchmarks import cases
+from benchmarks.core.timing import rerun
 
 from ..spans_over_processes import SHORT, SPEEDUP
 from .base import Analysis, conditions, ok_rows, time_curves
@@ -47,10 +48,9 @@ def analyse(t: pd.DataFrame) -> Analysis:
                                   (times.loc[one_thread, w], low.loc[one_thread, w], high.loc[one_thread, w]))
             if span[0] == span[0]:
                 a.interval(f"speedup_{w}_p{p}", *span)
-    best, worst = speedup.loc[p].idxmax(), speedup.loc[p].idxmin()
     a.verdict = (f"{_workloads(times.columns)}; on {p} threads, speed-ups over 1 thread: "
                  + ", ".join(f"{w} {speedup.loc[p, w]:.2f}× ({efficiency.loc[p, w]:.0%} efficiency)" for w in times)
-                 + f". {best} scales best, {worst} worst.")
+                 + f". {ranked(a, p, list(times))}.")
     a.conditions = f"workloads as named in the verdict, {conditions(rows, n=False)}"
     a.quoted = [f"speedup_{w}_p{p}" for w in times]
     short = {w: _short(paired.loc[(p, w)]) for w in times if (p, w) in paired.index}
@@ -63,6 +63,20 @@ def analyse(t: pd.DataFrame) -> Analysis:
                       "them, which a virtual machine's own CPU counts do not show, and a speed-up over threads feels "
                       "it on one side only; the speed-ups of such processes are not a quiet machine's.")
     return a
+
+
+def ranked(a: Analysis, p: int, workloads: list[str]) -> str:
+    """Which workload scales best and which worst on ``p`` threads: with those whose speed-up is not apart from
+    theirs at their intervals (``rerun.apart``; where a figure has none, its value decides), alike."""
+    fig = {w: (a.numbers[f"speedup_{w}_p{p}"], *a.intervals.get(f"speedup_{w}_p{p}", (None, None))) for w in workloads}
+    order = sorted(workloads, key=lambda w: -fig[w][0])
+    best = [w for w in order if w == order[0] or rerun.apart(fig[order[0]], fig[w]) is False]
+    worst = [w for w in order[::-1] if w == order[-1] or rerun.apart(fig[order[-1]], fig[w]) is False]
+    if set(best) & set(worst):
+        return "No workload scales apart from the others within their intervals"
+    alike = " (alike within their intervals)"
+    return (f"{best[0]} scales best" if len(best) == 1 else f"{' and '.join(best)} scale best{alike}") + ", " + (
+        f"{worst[0]} worst" if len(worst) == 1 else f"{' and '.join(worst)} worst{alike}")
 
 
 def _short(row) -> str | None:

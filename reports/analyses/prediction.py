@@ -109,6 +109,21 @@ def error_draws(p: pd.DataFrame, draws: int = DRAWS) -> tuple[np.ndarray, int | 
     return np.stack([np.median(err, axis=1), np.quantile(err, 0.9, axis=1)], axis=1), clusters
 
 
+def against_goal(a: Analysis) -> str:
+    """Whether the model's errors meet the goal (TARGET_MEDIAN, TARGET_P90): "met" where each figure's interval (where
+    a rerun's figure lands) lies at or under its goal, "not met" where one lies above, else "undecided" naming the
+    intervals that hold their goal, whose reruns read either side of it."""
+    held = []
+    for key, goal in (("median_error", TARGET_MEDIAN), ("p90_error", TARGET_P90)):
+        low, high = a.intervals.get(key, (a.numbers[key],) * 2)
+        if low > goal:
+            return "not met"
+        if high > goal:
+            held.append(f"the {'median' if key == 'median_error' else '90th percentile'}'s interval "
+                        f"({low:.0%}-{high:.0%}) holds {goal:.0%}")
+    return "met" if not held else f"undecided: {' and '.join(held)}: a rerun may read either side"
+
+
 def _misled(row) -> str:
     """Which term misled the model on a case: the one it leaned on (its bound), and which way."""
     way = "under" if row.ratio < 1 else "over"
@@ -207,8 +222,7 @@ def analyse(t: pd.DataFrame) -> Analysis:
            title="Every timed case: predicted from the constants against measured")
     areas = errors.drop(index=("all", "all", ""))
     a.verdict = (f"Over {len(p)} timed cases the model's median error is {median:.0%} and its 90th percentile "
-                 f"{p90:.0%} (the goal: {TARGET_MEDIAN:.0%} and {TARGET_P90:.0%}; "
-                 f"{'met' if median <= TARGET_MEDIAN and p90 <= TARGET_P90 else 'not met'}). By area: "
+                 f"{p90:.0%} (the goal: {TARGET_MEDIAN:.0%} and {TARGET_P90:.0%}; {against_goal(a)}). By area: "
                  + "; ".join(f"{area} {method} on {device} {r.median_error:.0%} / {r.p90_error:.0%} (predicted / "
                              f"measured {r.median_ratio:.2f})" for (device, area, method), r in areas.iterrows())
                  + ". "
