@@ -9,7 +9,13 @@ shared with the runner's or the pairs' timing code (``benchmarks.core.timing.mea
 ``benchmarks.core.pairing.mirrored``): only the case definitions.
 
     .venv/bin/python scripts/plain_pair.py                    C1 at tiny and paper-base, n = 128, 3 processes
-    .venv/bin/python scripts/plain_pair.py --processes 5 --rounds 20
+    .venv/bin/python scripts/plain_pair.py --processes 5 --mirrored-rounds 20
+    .venv/bin/python scripts/plain_pair.py --apart            each model alone in its processes
+
+With ``--apart`` each process builds and times one model alone (as a user runs one, and as the pairs' workers
+do, ``benchmarks.pairs.SEPARATE``): ``--processes`` pairs of processes, a's and b's alternated (a b, then b a),
+each warming its model with two calls and timing ``--calls`` calls; the ratio is the median of b's processes'
+median times over a's, and each pair of processes gives one ratio for its spread.
 """
 
 from __future__ import annotations
@@ -81,6 +87,43 @@ def one_process(name: str, rounds: int) -> dict:
             "b_faults_per_call": faults[1] / (2 * rounds * calls)}
 
 
+def one_side(name: str, side: int, calls: int) -> dict:
+    """In this process: side ``side`` of check ``name`` alone, warmed with two calls, then ``calls`` calls timed
+    one by one; their median time and minor page faults per call."""
+    sys.path.insert(0, ROOT)
+    import torch
+
+    from benchmarks import cases
+
+    area, method, sides = CHECKS[name]
+    torch.manual_seed(0)
+    fn = cases.build(area, sides[side]).work(method)[0]
+    for _ in range(2):
+        fn()
+    times, before = [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"check": name, "side": side, "s": statistics.median(times),
+            "faults_per_call": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls}
+
+
+def apart(name: str, processes: int, calls: int) -> str:
+    """Check ``name`` with each side alone in its processes (a b, then b a), as one line."""
+    got: dict[int, list[dict]] = {0: [], 1: []}
+    for i in range(processes):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            done = subprocess.run([sys.executable, __file__, "--side", str(side), "--one", name, "--calls",
+                                   str(calls)], capture_output=True, text=True, check=True)
+            got[side].append(json.loads(done.stdout))
+    each = sorted(b["s"] / a["s"] for a, b in zip(got[0], got[1], strict=True))
+    a_s, b_s = (statistics.median(f["s"] for f in got[side]) for side in (0, 1))
+    return (f"{name}, each side alone: ratio (b/a) {b_s / a_s:.3f}, pairs of processes "
+            f"{', '.join(f'{r:.3f}' for r in each)}; a {a_s * 1e3:.2f} ms, b {b_s * 1e3:.2f} ms per call; page "
+            f"faults per call a {_counts(got[0], 'faults_per_call')}, b {_counts(got[1], 'faults_per_call')}")
+
+
 def parser() -> argparse.ArgumentParser:
     sys.path.insert(0, ROOT)
     from attention_bench import options
@@ -89,16 +132,25 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/plain_pair.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--processes", type=guards.count, default=3, help="fresh processes per check (default 3)")
     options.add(p, "--mirrored-rounds")
+    p.add_argument("--apart", action="store_true", help="each side alone in its own processes, alternated")
+    p.add_argument("--calls", type=guards.count, default=10, help="with --apart: calls timed per process (default 10)")
+    p.add_argument("--preset", action="append", choices=("tiny", "paper-base"),
+                   help="only this model size (repeatable; default both)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # inside a process of its own: one check
+    p.add_argument("--side", type=int, help=argparse.SUPPRESS)  # with --one: that side alone
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.one:
-        print(json.dumps(one_process(args.one, args.mirrored_rounds)))
+        print(json.dumps(one_process(args.one, args.mirrored_rounds) if args.side is None else
+                         one_side(args.one, args.side, args.calls)))
         return 0
-    for name in CHECKS:
+    for name in (f"C1 {preset} n=128" for preset in args.preset or ("tiny", "paper-base")):
+        if args.apart:
+            print(apart(name, args.processes, args.calls))
+            continue
         found = []
         for _ in range(args.processes):
             done = subprocess.run([sys.executable, __file__, "--one", name, "--mirrored-rounds",
