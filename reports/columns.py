@@ -31,7 +31,8 @@ CONSTANTS = {"kernel_best_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "B/s"
 GRAPH_METRICS = ("sequential_depth", "op_launches")
 PARAMS = sorted({axis for grid in cases.GRIDS.values() for area in grid.values() for axis in area}
                 | {axis for grid in cases.PARALLEL_GRIDS.values() for axis in grid} | {"threads", "ranks", "hosts"})
-MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes", "runtime"]
+MACHINE_FACTS = ["cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes", "free_page_reporting",
+                 "runtime"]
 COLUMNS = (["source", "run", "machine", "commit", "commit_error", "env", "date", "finished", "rounds",
             "rounds_planned", "area",
             "method", "metric", "unit", "value", "q25", "q75", "iqr", "samples", "low", "high", "lowest", "highest",

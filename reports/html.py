@@ -72,7 +72,8 @@ def _html(df: pd.DataFrame, float_format="{:.4g}".format) -> str:
 
 
 def _machines(t: pd.DataFrame) -> pd.DataFrame:
-    cols = ["machine", "source", "env", "cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes"]
+    cols = ["machine", "source", "env", "cpu_model", "cpu_count", "torch", "cuda", "gpu_name", "gpu_memory_bytes",
+            "free_page_reporting"]
     peaks = (t[t.metric == "gemm_peak_flops_per_s"].groupby(["machine", "device", "dtype"]).value.max() / 1e9)
     m = t[cols].drop_duplicates().set_index("machine")
     for (machine, device, dtype), v in peaks.items():

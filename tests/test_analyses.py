@@ -343,6 +343,15 @@ def test_run_all_rejects_an_unknown_machine():
     assert len(registry.run_all(table(model_times()))) == len(registry.ANALYSES) + 1
 
 
+def test_the_paired_answers_hear_whether_the_machine_hands_its_free_memory_back(monkeypatch):
+    seen = []
+    monkeypatch.setattr(registry.paired, "reconcile", lambda *args: seen.append(args[-1]))
+    registry.run_all(table([dict(r, free_page_reporting=True) for r in model_times()]))
+    registry.run_all(table([dict(r, free_page_reporting=False) for r in model_times()]))
+    registry.run_all(table(model_times()))  # a run from before the machine said: not known, not said
+    assert seen == [True, False, False]
+
+
 def test_analyses_use_each_machines_latest_run_only():
     old = [dict(r, commit="old", env="e", date=pd.Timestamp("2026-01-01", tz="UTC"), value=r["value"] * 100)
            for r in model_times()]

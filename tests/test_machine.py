@@ -31,6 +31,22 @@ def test_metadata_names_the_machine_and_its_software():
         assert meta["gpu_name"] is None and meta["gpu_count"] == 0
 
 
+def test_free_page_reporting_is_a_balloon_that_offers_it(tmp_path):
+    def device(name, kind, features):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "device").write_text(kind + "\n")
+        (tmp_path / name / "features").write_text(features + "\n")
+
+    device("virtio0", "0x0002", "0000010000")  # a disk: its feature 5 is another feature
+    assert machine.free_page_reporting(str(tmp_path)) is False
+    device("virtio1", machine.BALLOON, "0110000000")  # a balloon without free page reporting
+    assert machine.free_page_reporting(str(tmp_path)) is False
+    device("virtio2", machine.BALLOON, "0110010100")  # with it (feature 5)
+    assert machine.free_page_reporting(str(tmp_path)) is True
+    assert machine.free_page_reporting(str(tmp_path / "none")) is None  # not a virtio guest
+    assert machine.metadata()["free_page_reporting"] == machine.free_page_reporting()
+
+
 def test_gemm_rate_is_flops_over_time():
     rate = machine.gemm_flops_per_s(256, min_run_time=0.05)
     assert 1e8 < rate < 1e14
@@ -97,3 +113,19 @@ def test_telemetry_unavailable_without_nvml(monkeypatch):
 
     monkeypatch.setattr(telemetry, "pynvml", types.SimpleNamespace(nvmlInit=broken))
     assert not telemetry.available()
+
+
+def test_the_pages_machine_table_says_whether_the_machine_hands_free_memory_to_its_host():
+    import pandas as pd
+
+    from reports import html
+
+    row = {"source": "runner", "env": "torch 2", "cpu_model": "cpu", "cpu_count": 2, "torch": "2", "cuda": None,
+           "gpu_name": None, "gpu_memory_bytes": None, "metric": "gemm_peak_flops_per_s", "device": "cpu",
+           "dtype": "float32", "value": 2e11}
+    t = pd.DataFrame([{**row, "machine": "vm", "free_page_reporting": True},
+                      {**row, "machine": "box", "free_page_reporting": False}])
+    shown = html._machines(t)
+    assert bool(shown.loc["vm", "free_page_reporting"]) and not bool(shown.loc["box", "free_page_reporting"])
+    assert "free_page_reporting" not in html._machines(t.drop(columns="free_page_reporting").assign(
+        free_page_reporting=None)).dropna(axis=1).columns  # a machine that does not say: a dash

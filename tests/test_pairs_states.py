@@ -101,12 +101,12 @@ def test_c3s_verdict_counts_the_fresh_pages_a_paired_call_faulted_in_after_its_w
         return {**pair("heads", {"strategy": strategy, "device": "cpu"}, ratio, ratio * 0.9, ratio * 1.1),
                 "a": 1, "b": 64, "round_faults": [{"a": 0.0, "b": f} for f in faults_64]}
 
-    def c3(records):
+    def c3(records, hands_back=False):
         heads = Analysis("c3_heads", "C3", "C3/C4", "Grid's.", numbers={
             "matmul_flops_max_over_min": 1.0, "time_ratio_h64_over_h1_batched": 4.3,
             "time_ratio_h64_over_h1_sdpa": 2.4})
         paired.reconcile(Analysis("c1_length", "C1", "C1", ""), heads, Analysis("paired", "P", "C1/C2/C3", ""),
-                         records)
+                         records, hands_back=hands_back)
         return heads.verdict
 
     faulting = [record([heads_pair("batched", 4.4, [65538.0, 65538.0, 66050.0]), heads_pair("sdpa", 2.4, [0.0] * 3)])]
@@ -114,5 +114,11 @@ def test_c3s_verdict_counts_the_fresh_pages_a_paired_call_faulted_in_after_its_w
                             "(batched), 0 (sdpa), against 0, 0 at h = 1 (minor page faults a call, medians over the "
                             "sessions' blocks, after their warm-up): memory the allocator gave back to the OS after "
                             "the call before, written afresh, in time that no FLOP count sees.")
+    # a machine that hands its free memory back to its host: what a fresh page may cost there is said
+    assert c3(faulting, hands_back=True).endswith("no FLOP count sees. This machine hands its free memory back to its "
+                                                  "host (free page reporting): a fresh page may wait for the host as "
+                                                  "well, more so after other processes freed much memory, so a "
+                                                  "session's ratio moves with what ran just before it.")
+    assert c3([record([heads_pair("batched", 4.4, [3.0] * 3)])], hands_back=True) == "Grid's."
     assert c3([record([heads_pair("batched", 4.4, [3.0] * 3)])]) == "Grid's."  # a warm-up's few pages: nothing said
     assert c3([record([pair("heads", {"strategy": "batched", "device": "cpu"}, 4.4, 4.0, 4.8)])]) == "Grid's."

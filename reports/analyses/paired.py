@@ -251,12 +251,14 @@ def _agree(paired: tuple[float, float, float], grid: tuple[float, float, float] 
     return paired[1] <= value <= paired[2]
 
 
-def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict], c2: Analysis | None = None
-              ) -> None:
+def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dict], c2: Analysis | None = None,
+              hands_back: bool = False) -> None:
     """One answer per ratio: where a ratio was timed paired, the C1, C2 and C3/C4 answers give the paired figure
     with its 95% interval in place of the grid's, and say so where the grid's figure disagrees with it
     (``_agree``: further apart than the two intervals allow, or its value outside where it has none); the
-    paired row then gives no figure of its own, only how many of its ratios the grid agrees with."""
+    paired row then gives no figure of its own, only how many of its ratios the grid agrees with. ``hands_back``:
+    the machine hands its free memory back to its host (``machine.free_page_reporting``), which the C3/C4 verdict
+    names beside the fresh pages its calls fault in."""
     t = table(records)
     if t.empty:
         return
@@ -321,16 +323,17 @@ def reconcile(c1: Analysis, heads: Analysis, paired: Analysis, records: list[dic
         hi, lo = max(hs)
         heads.answer = (f"Matmul FLOPs equal at every h (max/min {heads.numbers['matmul_flops_max_over_min']:.4f}), "
                         f"yet h = {hi} takes " + ", ".join(parts) + f" the time of h = {lo}.")
-        heads.verdict += _fresh_pages(heads_pairs)
+        heads.verdict += _fresh_pages(heads_pairs, hands_back)
     if checked:
         paired.answer = (f"The paired ratios stand in the C1, C2 and C3/C4 rows, with their 95% intervals; the grid's "
                          f"own timings agree within them for {checked - len(disagree)} of {checked}"
                          + (f" (not for {', '.join(disagree)})" if disagree else "") + ".")
 
 
-def _fresh_pages(pairs: pd.DataFrame) -> str:
+def _fresh_pages(pairs: pd.DataFrame, hands_back: bool = False) -> str:
     """' In the paired sessions each call at h = 64 faulted in 65,538 fresh pages (batched), ...' where a heads pair's
-    64-head side faulted in more than a warm-up's few pages a call; else ''."""
+    64-head side faulted in more than a warm-up's few pages a call, and on a machine that hands its free memory back
+    to its host (``hands_back``) what that costs; else ''."""
     counted = pairs.dropna(subset=["faults_a", "faults_b"])
     if counted.empty or counted.faults_b.max() <= measure.FAULT_PAGES:
         return ""
@@ -339,7 +342,10 @@ def _fresh_pages(pairs: pd.DataFrame) -> str:
     return (f" In the paired sessions each call at h = {counted.b.iloc[0]} faulted in fresh memory pages: {many}, "
             f"against {one} at h = {counted.a.iloc[0]} (minor page faults a call, medians over the sessions' blocks, "
             "after their warm-up): memory the allocator gave back to the OS after the call before, written afresh, "
-            "in time that no FLOP count sees.")
+            "in time that no FLOP count sees." + (
+                " This machine hands its free memory back to its host (free page reporting): a fresh page may wait "
+                "for the host as well, more so after other processes freed much memory, so a session's ratio moves "
+                "with what ran just before it." if hands_back else ""))
 
 
 def _reconcile_c2(c2: Analysis, t: pd.DataFrame) -> tuple[int, list[str]]:

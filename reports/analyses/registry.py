@@ -62,8 +62,9 @@ def run_all(t: pd.DataFrame, machine: str | None = None, profiles: pd.DataFrame 
     try:
         out = [f(one, inputs[reads]) if reads else f(one) for f, reads in ANALYSES]
         by_key = {a.key: a for a in out}
+        hands_back = "free_page_reporting" in one and bool(one.free_page_reporting.eq(True).any())
         paired.reconcile(by_key["c1_length"], by_key["c3_heads"], by_key["paired"], inputs["pairs"],  # one answer
-                         by_key["c2_roofline"])
+                         by_key["c2_roofline"], hands_back)
     finally:
         base.BETWEEN.reset(token)
     return out + [hardware.analyse(pd.concat([latest(t[t.machine == m]) for m in machines]) if machines else t)]

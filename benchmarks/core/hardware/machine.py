@@ -1,7 +1,8 @@
 """The machine a result was measured on, and its measured GEMM peak (the roofline's ceiling).
 
 ``metadata()`` gathers what is needed to compare results across machines: CPU model, cores, threads,
-torch / CUDA / cuDNN / MKL / oneDNN versions, and GPU name, driver and memory where there is one.
+torch / CUDA / cuDNN / MKL / oneDNN versions, GPU name, driver and memory where there is one, and whether the
+(virtual) machine hands its free memory back to its host (``free_page_reporting``).
 ``gemm_peak()`` measures the best matmul FLOP/s this machine reaches per device and dtype; achieved
 FLOP/s of every case are reported as a fraction of it. Nothing here touches CUDA at import time.
 """
@@ -30,6 +31,9 @@ GEMM_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
 #: seconds of timing per size and repeat of a calibration (gemm_peak)
 PEAK_TIME = 0.3
 GEMM_DTYPES = {"cpu": ("float32",), "cuda": ("float32", "float16", "bfloat16")}
+#: where Linux lists its virtio devices: a memory balloon (device id 5) that offers free page reporting (feature 5)
+VIRTIO_DEVICES = "/sys/bus/virtio/devices"
+BALLOON, REPORTING = "0x0005", 5
 
 
 def cpu_model() -> str:
@@ -46,6 +50,26 @@ def cpu_model() -> str:
 def _library_version(pattern: str) -> str | None:
     match = re.search(pattern, torch.__config__.show())
     return match.group(1) if match else None
+
+
+def free_page_reporting(devices: str = VIRTIO_DEVICES) -> bool | None:
+    """Whether this virtual machine reports its free memory to its host (a virtio balloon with free page
+    reporting), which takes those pages back: a process that faults one in then waits for the host too, so a page
+    fault costs more after other processes have freed much memory, a moment that pairing does not cancel where
+    one side faults many pages a call. None where Linux lists no virtio devices (not a virtio guest)."""
+    if not os.path.isdir(devices):
+        return None
+    for device in sorted(os.listdir(devices)):
+        try:
+            with open(os.path.join(devices, device, "device")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(devices, device, "features")) as f:
+                features = f.read().strip()
+        except OSError:
+            continue
+        if kind == BALLOON and features[REPORTING:REPORTING + 1] == "1":
+            return True
+    return False
 
 
 def _gpu() -> dict:
@@ -83,6 +107,7 @@ def metadata() -> dict:
         "mkl": (_library_version(r"Math Kernel Library Version ([\w.\-]+)")
                 if torch.backends.mkl.is_available() else None),
         "onednn": _library_version(r"MKL-DNN v([\w.]+)") if torch.backends.mkldnn.is_available() else None,
+        "free_page_reporting": free_page_reporting(),
         **_gpu(),
     }
 
