@@ -41,23 +41,25 @@ CHECKS = {
 BLOCK_S = 0.05
 
 
-def one_process(name: str, rounds: int) -> dict:
-    """In this process: the two cases of check ``name`` timed in mirrored blocks; their median times per call
-    and the median of the rounds' ratios."""
+def warmed(name: str, side: int):
+    """In this process: side ``side`` of check ``name`` built from seed 0 and warmed with two calls."""
     sys.path.insert(0, ROOT)
     import torch
 
     from benchmarks import cases
 
     area, method, sides = CHECKS[name]
-    fns = []
-    for params in sides:
-        torch.manual_seed(0)
-        case = cases.build(area, params)
-        fn = case.work(method)[0]
-        for _ in range(2):
-            fn()
-        fns.append(fn)
+    torch.manual_seed(0)
+    fn = cases.build(area, sides[side]).work(method)[0]
+    for _ in range(2):
+        fn()
+    return fn
+
+
+def one_process(name: str, rounds: int) -> dict:
+    """In this process: the two cases of check ``name`` timed in mirrored blocks; their median times per call
+    and the median of the rounds' ratios."""
+    fns = [warmed(name, side) for side in (0, 1)]
     start = time.perf_counter()
     fns[0]()
     calls = max(1, round(BLOCK_S / max(time.perf_counter() - start, 1e-9)))
@@ -90,16 +92,7 @@ def one_process(name: str, rounds: int) -> dict:
 def one_side(name: str, side: int, calls: int) -> dict:
     """In this process: side ``side`` of check ``name`` alone, warmed with two calls, then ``calls`` calls timed
     one by one; their median time and minor page faults per call."""
-    sys.path.insert(0, ROOT)
-    import torch
-
-    from benchmarks import cases
-
-    area, method, sides = CHECKS[name]
-    torch.manual_seed(0)
-    fn = cases.build(area, sides[side]).work(method)[0]
-    for _ in range(2):
-        fn()
+    fn = warmed(name, side)
     times, before = [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(calls):
         start = time.perf_counter()
